@@ -1,0 +1,1 @@
+"""PolicyLab's Django project: settings, URL map, ASGI/WSGI entry points and the web apps."""

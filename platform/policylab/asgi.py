@@ -1,0 +1,30 @@
+"""ASGI entry point: Django for HTTP, Channels for the websockets of live run pages."""
+
+import importlib.util
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "policylab.settings")
+django_asgi_app = get_asgi_application()  # set up Django before importing consumers
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+
+def websocket_urlpatterns() -> list:
+    """The tracking app's websocket routes (policylab.tracking.routing.websocket_urlpatterns)."""
+    if importlib.util.find_spec("policylab.tracking.routing") is None:
+        return []
+    from policylab.tracking.routing import websocket_urlpatterns as patterns
+
+    return list(patterns)
+
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns()))),
+    }
+)

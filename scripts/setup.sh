@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian machine for PolicyLab: system packages, a virtualenv in .venv,
+# and the pinned Python packages. Re-running it does nothing that is already done.
+#   bash scripts/setup.sh            # what the platform and the demo need
+#   bash scripts/setup.sh --tests    # plus what the test suite needs (Chromium for browser tests)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=0
+[ "${1:-}" = "--tests" ] && want_tests=1
+
+say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
+
+# --- system packages -------------------------------------------------------------------------
+apt_packages=(redis-server python3-venv)
+[ "$want_tests" = 1 ] && apt_packages+=(chromium chromium-driver)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo_cmd=""
+    [ "$(id -u)" != 0 ] && sudo_cmd="sudo"
+    say "installing Debian packages: ${missing[*]}"
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    say "warning: no apt-get; install these yourself: ${missing[*]}"
+  fi
+fi
+
+# --- Python virtualenv -----------------------------------------------------------------------
+python_bin=""
+for candidate in python3.11 python3.12 python3; do
+  if command -v "$candidate" >/dev/null 2>&1 &&
+     "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+    python_bin=$candidate; break
+  fi
+done
+[ -n "$python_bin" ] || { echo "PolicyLab needs Python >= 3.11" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv with $python_bin"
+  "$python_bin" -m venv .venv
+fi
+
+# Reinstall only when requirements change: a stamp holds the hash of what was installed.
+stamp=.venv/.policylab-requirements.sha256
+wanted=$(cat requirements.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  say "installing Python packages (torch CPU build first; a plain 'torch' would pull a CUDA build)"
+  torch_index=()
+  [ -n "${POLICYLAB_TORCH_INDEX_URL:-}" ] && torch_index=(--extra-index-url "$POLICYLAB_TORCH_INDEX_URL")
+  .venv/bin/pip install -q --disable-pip-version-check "${torch_index[@]}" "torch==2.13.0"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$wanted" > "$stamp"
+fi
+say "environment ready (.venv)"

@@ -1,0 +1,126 @@
+"""Checkpoint layout, atomic writes, retention and RNG capture.
+
+Layout (under the run directory ``output_dir``)::
+
+    checkpoints/step_<k>/            one finished checkpoint (only ever created by a rename)
+        trainer_state.json           step, data-sampler position, KL controller, reward stats
+        driver_rng.pt                the driver's python / numpy / torch RNG states
+        actor_train/ critic/ ...     each role's own files (strategy state, one RNG file per rank)
+        hf_model/                    the policy in Hugging Face format (loadable by transformers)
+        COMPLETE                     written last, inside the temporary directory
+    checkpoints/.tmp-step_<k>-<pid>/ a save in progress; never picked by resume
+
+A save writes everything into the temporary directory and then renames it to ``step_<k>``, so a
+crash mid-save leaves only a ``.tmp-*`` directory that resume ignores (and the next save removes).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHECKPOINTS_DIR = "checkpoints"
+COMPLETE_MARKER = "COMPLETE"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
+    """Finished checkpoints of a run as (step, path), oldest first."""
+    root = Path(output_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / COMPLETE_MARKER).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def resolve_resume_path(resume_from_checkpoint: Any, output_dir: str | Path) -> Path | None:
+    """``resume_from_checkpoint`` -> checkpoint directory, or None to start fresh.
+
+    ``false``/``None``/``""`` start fresh; ``true`` or ``"latest"`` pick the newest finished
+    checkpoint under ``output_dir`` (fresh start when there is none, as ROLL does); anything else is
+    a path that must hold a finished checkpoint.
+    """
+    if resume_from_checkpoint in (None, False, "", "false", "False"):
+        return None
+    if resume_from_checkpoint is True or str(resume_from_checkpoint).lower() in ("latest", "true"):
+        found = list_checkpoints(output_dir)
+        return found[-1][1] if found else None
+    path = Path(str(resume_from_checkpoint))
+    if not (path / COMPLETE_MARKER).is_file():
+        raise FileNotFoundError(
+            f"resume_from_checkpoint: {path} is not a finished checkpoint directory "
+            f"(expected {path / COMPLETE_MARKER}); use 'latest' or a checkpoints/step_<k> path"
+        )
+    return path
+
+
+@contextmanager
+def atomic_checkpoint_dir(output_dir: str | Path, step: int) -> Iterator[Path]:
+    """Yield a temporary directory to fill; on success mark it complete and rename to step_<k>."""
+    root = Path(output_dir) / CHECKPOINTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-step_*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f".tmp-step_{step}-{os.getpid()}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        (tmp / COMPLETE_MARKER).write_text(f"{step}\n")
+        final = root / f"step_{step}"
+        if final.exists():  # re-saving the same step (e.g. after a resume): replace it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def enforce_retention(output_dir: str | Path, max_ckpts_to_keep: int | None) -> list[Path]:
+    """Delete the oldest finished checkpoints beyond ``max_ckpts_to_keep`` (None/<=0: keep all)."""
+    if not max_ckpts_to_keep or max_ckpts_to_keep <= 0:
+        return []
+    found = list_checkpoints(output_dir)
+    removed = [path for _, path in found[: max(0, len(found) - max_ckpts_to_keep)]]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def checkpoint_size(path: str | Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def get_rng_state() -> dict[str, Any]:
+    """This process's python, numpy and torch (CPU and, when present, CUDA) RNG states."""
+    import numpy as np
+    import torch
+
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

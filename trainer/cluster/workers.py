@@ -1,0 +1,342 @@
+"""Role workers: actor_train, actor_infer, reference, critic, reward.
+
+Plain classes constructed with ``(role, cfg, rank, world_size)``; the same class runs in the
+driver process (``LocalWorkerGroup``) or as a Ray actor (``WorkerGroup``). Batches are dicts of CPU
+tensors laid out as in ``trainer.pipeline.batch``; a worker only ever sees its own data shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from trainer.checkpoint.core import get_rng_state, set_rng_state
+from trainer.pipeline import losses
+from trainer.pipeline.batch import response_logprobs, split_rows
+from trainer.rollout.base import Generation, SamplingParams
+
+
+def _seed_everything(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _role_cfg(cfg: Any, role: str) -> Any:
+    section = getattr(cfg, role, None)
+    if section is None:
+        raise ValueError(f"{role}: this role has no section in the config")
+    return section
+
+
+def _model_path(cfg: Any, role: str) -> str:
+    path = _role_cfg(cfg, role).model_args.model_name_or_path or cfg.pretrain
+    if not path:
+        raise ValueError(f"{role}.model_args.model_name_or_path: empty (and no top-level `pretrain`)")
+    return str(path)
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _optim_config(cfg: Any, role: str, num_training_steps: int) -> Any:
+    from trainer.train import OptimConfig
+
+    args = _role_cfg(cfg, role).training_args
+    return OptimConfig(
+        lr=args.learning_rate,
+        weight_decay=args.weight_decay,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        warmup_steps=args.warmup_steps,
+        lr_scheduler_type=args.lr_scheduler_type,
+        num_training_steps=num_training_steps,
+        max_grad_norm=args.max_grad_norm,
+    )
+
+
+class _RoleBase:
+    """RNG capture shared by every role (each rank saves its own file)."""
+
+    role: str
+    rank: int
+
+    def save_rng(self, path: str) -> None:
+        target = Path(path) / self.role
+        target.mkdir(parents=True, exist_ok=True)
+        torch.save(get_rng_state(), target / f"rng_rank{self.rank}.pt")
+
+    def load_rng(self, path: str) -> None:
+        file = Path(path) / self.role / f"rng_rank{self.rank}.pt"
+        set_rng_state(torch.load(file, weights_only=False))
+
+    def ping(self) -> str:
+        return f"{self.role}:{self.rank}"
+
+
+class _TrainedRole(_RoleBase):
+    """actor_train and critic: a model behind a training strategy, updated over mini-batches."""
+
+    strategy: Any
+
+    def _mini_batches(self, batch: dict[str, Tensor], step: int, epoch: int) -> list[dict[str, Tensor]]:
+        args = _role_cfg(self.cfg, self.role).training_args
+        rows = batch["response_mask"].size(0)
+        per_rank = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        if rows % per_rank:
+            raise ValueError(
+                f"{self.role}.training_args: this rank holds {rows} samples, not a multiple of "
+                f"per_device_train_batch_size × gradient_accumulation_steps = {per_rank}"
+            )
+        gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step * 101 + epoch * 7 + self.rank)
+        order = torch.randperm(rows, generator=gen)
+        return [{k: v[order[i : i + per_rank]] for k, v in batch.items()} for i in range(0, rows, per_rank)]
+
+    def _global_normalisers(self, mini: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Token and sequence counts of this mini-batch summed over the data-parallel ranks."""
+        counts = torch.stack([mini["response_mask"].sum(), torch.tensor(float(mini["response_mask"].size(0)))])
+        if self.world_size > 1 and dist.is_initialized():
+            dist.all_reduce(counts)
+        return {"global_tokens": counts[0], "global_seqs": counts[1]}
+
+    def _update(self, batch: dict[str, Tensor], step: int, loss_fn: Any) -> dict[str, float]:
+        args = _role_cfg(self.cfg, self.role).training_args
+        totals: dict[str, list[float]] = {}
+        for epoch in range(self.cfg.ppo_epochs):
+            for mini in self._mini_batches(batch, step, epoch):
+                norm = self._global_normalisers(mini)
+                micro = split_rows(mini, args.per_device_train_batch_size)
+                for m in micro:
+                    m.update({k: v.expand(m["response_mask"].size(0)) for k, v in norm.items()})
+                for key, value in self.strategy.train_step(micro, loss_fn).items():
+                    totals.setdefault(key, []).append(float(value))
+        return {f"{self.role_prefix}/{k}": sum(v) / len(v) for k, v in totals.items()}
+
+    def save_checkpoint(self, path: str) -> None:
+        target = Path(path) / self.role
+        target.mkdir(parents=True, exist_ok=True)
+        self.strategy.save_checkpoint(target / "strategy")
+        self.save_rng(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        self.strategy.load_checkpoint(Path(path) / self.role / "strategy")
+        self.load_rng(path)
+
+
+class ActorTrainWorker(_TrainedRole):
+    """The policy being trained: old log-probs, PPO/GRPO updates, full weights for sync."""
+
+    role_prefix = "actor"
+
+    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+        from trainer.models.loading import load_model
+        from trainer.train import build_strategy
+
+        self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
+        _seed_everything(cfg.seed + rank)
+        section = _role_cfg(cfg, role)
+        model = load_model(_model_path(cfg, role), dtype=section.model_args.dtype)
+        self.temperature = cfg.actor_infer.generating_args.temperature or 1.0
+        self.strategy = build_strategy(
+            section.strategy_args.strategy_name,
+            model,
+            _optim_config(cfg, role, cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)),
+            rank=rank,
+            world_size=world_size,
+            device=_device(),
+        )
+
+    def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
+        return _forward_in_chunks(
+            lambda model, part: response_logprobs(model, part, self.temperature),
+            self.strategy.forward_no_grad,
+            batch,
+            _role_cfg(self.cfg, self.role).infer_batch_size,
+        )
+
+    def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
+        loss_fn = losses.make_actor_loss(self.cfg, self.temperature)
+        return self._update(batch, step, loss_fn)
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        return self.strategy.full_state_dict()
+
+    def save_hf(self, path: str, tokenizer_path: str) -> None:
+        """Write the policy in Hugging Face format (rank 0 writes; every rank must call it)."""
+        state = self.strategy.full_state_dict()
+        if self.rank != 0:
+            return
+        from trainer.models.loading import load_model, load_tokenizer
+
+        model = load_model(_model_path(self.cfg, self.role))
+        model.load_state_dict(state)
+        model.save_pretrained(path)
+        load_tokenizer(tokenizer_path).save_pretrained(path)
+
+
+class CriticWorker(_TrainedRole):
+    """A value head on the policy's backbone, trained with the clipped value loss (GAE / PPO)."""
+
+    role_prefix = "critic"
+
+    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+        from trainer.models.loading import load_model
+        from trainer.train import build_strategy
+
+        self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
+        _seed_everything(cfg.seed + 17 + rank)
+        section = _role_cfg(cfg, role)
+        model = ValueModel(load_model(_model_path(cfg, role), dtype=section.model_args.dtype))
+        self.strategy = build_strategy(
+            section.strategy_args.strategy_name,
+            model,
+            _optim_config(cfg, role, cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)),
+            rank=rank,
+            world_size=world_size,
+            device=_device(),
+        )
+
+    def compute_values(self, batch: dict[str, Tensor]) -> Tensor:
+        return _forward_in_chunks(
+            response_values, self.strategy.forward_no_grad, batch, _role_cfg(self.cfg, self.role).infer_batch_size
+        )
+
+    def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
+        return self._update(batch, step, losses.make_critic_loss(self.cfg))
+
+
+class ValueModel(nn.Module):
+    """Causal-LM backbone + a scalar head: V(s_t) for every position (zero-initialised head)."""
+
+    def __init__(self, causal_lm: nn.Module) -> None:
+        super().__init__()
+        self.backbone = causal_lm.model
+        self.value_head = nn.Linear(causal_lm.config.hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state
+        return self.value_head(hidden.float()).squeeze(-1)
+
+
+def response_values(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """V of the state before each response token: [B, R] (column P-1+j values token j)."""
+    width_r = batch["response_mask"].size(1)
+    values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+    return values[:, -width_r - 1 : -1]
+
+
+class ReferenceWorker(_RoleBase):
+    """The frozen initial policy: log-probs for the KL penalty / KL loss."""
+
+    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+        from trainer.models.loading import load_model
+
+        self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
+        section = _role_cfg(cfg, role)
+        self.model = load_model(_model_path(cfg, role), dtype=section.model_args.dtype).to(_device()).eval()
+        self.model.requires_grad_(False)
+        self.temperature = cfg.actor_infer.generating_args.temperature or 1.0
+
+    def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
+        def run(fn: Any) -> Any:
+            with torch.no_grad():
+                return fn(self.model)
+
+        return _forward_in_chunks(
+            lambda model, part: response_logprobs(model, part, self.temperature),
+            run,
+            batch,
+            _role_cfg(self.cfg, self.role).infer_batch_size,
+        )
+
+
+class ActorInferWorker(_RoleBase):
+    """The rollout engine (``hf_infer``): samples responses, receives new weights after updates."""
+
+    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+        from trainer.models.loading import load_model, load_tokenizer
+        from trainer.rollout.hf import HFInferEngine
+
+        self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
+        section = _role_cfg(cfg, role)
+        name = section.strategy_args.strategy_name
+        if name != "hf_infer":
+            raise ValueError(
+                f"{role}.strategy_args.strategy_name: {name!r} is not available in this build; valid: hf_infer"
+            )
+        path = _model_path(cfg, role)
+        tokenizer = load_tokenizer(path)
+        eos = {tokenizer.eos_token_id}
+        model = load_model(path, dtype=section.model_args.dtype)
+        gen_eos = getattr(model.generation_config, "eos_token_id", None)
+        eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+        self.engine = HFInferEngine(
+            model,
+            eos_token_ids=sorted(eos),
+            pad_token_id=tokenizer.pad_token_id,
+            device=_device(),
+            max_batch_size=section.infer_batch_size if section.infer_batch_size > 1 else None,
+        )
+
+    def generate(self, batch: dict[str, Any], params: SamplingParams) -> list[Generation]:
+        """Generate for this rank's prompt shard; the seed is offset by rank so shards differ."""
+        if params.seed is not None and self.rank:
+            params = SamplingParams(**{**params.__dict__, "seed": params.seed + 7919 * self.rank})
+        return self.engine.generate(list(batch["prompt_ids"]), params)
+
+    def load_weights(self, state_dict: Mapping[str, Tensor]) -> None:
+        self.engine.load_weights(state_dict)
+
+    def sleep(self) -> None:
+        self.engine.sleep()
+
+    def wake(self) -> None:
+        self.engine.wake()
+
+
+class RewardWorker(_RoleBase):
+    """Scores responses with the reward functions named in the config's ``rewards`` section."""
+
+    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+        from trainer.pipeline.rewarding import build_reward_fn
+
+        self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
+        self.reward_fn = build_reward_fn(cfg)
+
+    def score(self, batch: dict[str, Any]) -> list[float]:
+        return self.reward_fn(list(batch["prompts"]), list(batch["responses"]), list(batch["samples"]))
+
+
+def _forward_in_chunks(fn: Any, runner: Any, batch: dict[str, Tensor], chunk: int) -> Tensor:
+    parts = split_rows(batch, max(1, chunk or batch["response_mask"].size(0)))
+    return torch.cat([runner(lambda model, p=p: fn(model, p)).detach().cpu() for p in parts], dim=0)
+
+
+def _optimizer_steps_per_rollout(cfg: Any, role: str, world_size: int) -> int:
+    args = _role_cfg(cfg, role).training_args
+    samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size
+    return max(1, samples // per_step) * cfg.ppo_epochs
+
+
+WORKER_CLASSES: dict[str, type] = {
+    "actor_train": ActorTrainWorker,
+    "actor_infer": ActorInferWorker,
+    "reference": ReferenceWorker,
+    "critic": CriticWorker,
+    "reward": RewardWorker,
+}

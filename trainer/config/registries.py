@@ -1,0 +1,70 @@
+"""Plain-data registries of names a config may use (torch-free).
+
+Nothing named in a config is ever imported as code: class paths written in ROLL configs are looked
+up here and translated into our own names. The engineers building rewards and data add names to
+REWARD_TYPES / SYNTHETIC_TASKS; a test keeps these sets equal to the implementations.
+"""
+
+from __future__ import annotations
+
+# Reward functions built into the trainer (trainer.rewards.registry.REWARDS has the same keys).
+REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model")
+
+# Code-generated verifiable tasks (trainer.data.synthetic.TASKS has the same keys).
+SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
+
+# ROLL reward worker classes we accept, mapped to our reward_type.
+ROLL_REWARD_WORKERS: dict[str, str] = {
+    "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker": "math_rule",
+    "roll.pipeline.rlvr.rewards.reward_model_worker.RewardModelWorker": "reward_model",
+}
+
+# ROLL reward worker classes that ROLL documents but we do not implement yet (clear error).
+ROLL_UNSUPPORTED_REWARD_WORKERS: dict[str, str] = {
+    "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker": "code sandbox reward",
+    "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker": "LLM-as-judge reward",
+    "roll.pipeline.rlvr.rewards.general_val_rule_reward_worker.GeneralValRuleRewardWorker": (
+        "general rule reward"
+    ),
+    "roll.pipeline.rlvr.rewards.ifeval_rule_reward_worker.GeneralRuleRewardWorker": "IFEval rule reward",
+    "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": (
+        "CrossThinkQA rule reward"
+    ),
+    "roll.pipeline.rlvr.rewards.multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": (
+        "multiple-choice rule reward"
+    ),
+    "roll.pipeline.rlvr.rewards.detection_reward_worker.DetectionRewardWorker": "detection reward",
+}
+
+# Strategy names by kind (the contract's list plus the single-process torch_train).
+TRAIN_STRATEGIES: tuple[str, ...] = ("megatron_train", "deepspeed_train", "fsdp2_train", "torch_train")
+INFER_STRATEGIES: tuple[str, ...] = ("vllm", "sglang", "hf_infer")
+FORWARD_STRATEGIES: tuple[str, ...] = (
+    "megatron_infer",
+    "deepspeed_infer",
+    "fsdp2_infer",
+    "hf_infer",
+    "torch_train",
+)
+STRATEGY_NAMES: tuple[str, ...] = (
+    "megatron_train",
+    "megatron_infer",
+    "deepspeed_train",
+    "deepspeed_infer",
+    "fsdp2_train",
+    "fsdp2_infer",
+    "torch_train",
+    "hf_infer",
+    "vllm",
+    "sglang",
+)
+
+# Which strategy names each role may use.
+ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {
+    "actor_train": TRAIN_STRATEGIES,
+    "critic": TRAIN_STRATEGIES,
+    "actor_infer": INFER_STRATEGIES,
+    "reference": FORWARD_STRATEGIES,
+    "validation": INFER_STRATEGIES,
+    "rewards": FORWARD_STRATEGIES + INFER_STRATEGIES,
+}

@@ -1,0 +1,856 @@
+"""The native experiment config: pydantic v2 models in ROLL's layout (torch-free).
+
+This module is the single source of truth for every config field: its type, default, description
+and form category. Forms, REST validation, JSON Schema, docs/config.md, the importers and the
+trainer all read it. A ROLL config file loads unchanged; settings from verl, SkyRL and RLinf that
+ROLL lacks have a home here too, so the importers never drop a value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trainer.config.device_mapping import parse_device_mapping
+from trainer.config.registries import REWARD_TYPES, SYNTHETIC_TASKS
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def fld(default: Any = ..., *, category: str, description: str, **kwargs: Any) -> Any:
+    """A pydantic Field carrying a description and the form category it is grouped under."""
+    extra = {"category": category}
+    return Field(default, description=description, json_schema_extra=extra, **kwargs)
+
+
+def fld_factory(factory: Any, *, category: str, description: str, **kwargs: Any) -> Any:
+    extra = {"category": category}
+    return Field(default_factory=factory, description=description, json_schema_extra=extra, **kwargs)
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=False, populate_by_name=True)
+
+
+Dtype = Literal["fp32", "bf16", "fp16"]
+NormType = Literal["batch", "group", "running", "none"]
+AutoInt = int | Literal["auto"]
+AutoFloat = float | Literal["auto"]
+AutoBool = bool | Literal["auto"]
+
+# ---------------------------------------------------------------------------------------------
+# model / training / data / generation arguments of a worker
+
+
+class ModelArgs(Section):
+    model_name_or_path: str | None = fld(
+        None, category="Model",
+        description="Local directory (or hub id resolved ahead of time) of the HF-format model this role loads.",
+    )
+    dtype: Dtype | None = fld(
+        None, category="Model",
+        description="Precision the weights are loaded in; unset keeps the dtype stored in the model config.",
+    )
+    disable_gradient_checkpointing: bool = fld(
+        False, category="Model",
+        description="Keep all activations instead of recomputing them in the backward pass (more memory, "
+        "slightly faster). Only meaningful for training roles.",
+    )
+    attn_implementation: Literal["eager", "sdpa", "fa2", "flash_attention_2", "flash_attention_3"] | None = fld(
+        None, category="Model",
+        description="Attention kernel used by the HF model; fa2 is shorthand for flash_attention_2.",
+    )
+    trust_remote_code: bool = fld(
+        False, category="Model",
+        description="Allow model repositories that ship their own modelling code. Off by default for safety.",
+    )
+    model_type: Literal["auto_sequence_classification", "auto_token_classification", "trl"] | None = fld(
+        None, category="Model",
+        description="Head put on top of the model for scoring roles (reward model / critic); unset for a causal LM.",
+    )
+    num_labels: int = fld(
+        1, category="Model", ge=1,
+        description="Number of outputs of a classification head (1 for a scalar reward or value).",
+    )
+    moe_aux_loss_coef: float | None = fld(
+        None, category="Model",
+        description="Weight of the router load-balancing loss of mixture-of-experts models; unset keeps the model's own.",
+    )
+    freeze_module_prefix: str | None = fld(
+        None, category="Model",
+        description="Comma-separated parameter-name prefixes that are kept frozen during training.",
+    )
+    model_config_kwargs: dict[str, Any] = fld_factory(
+        dict, category="Model",
+        description="Values that override entries of the model's config.json at load time (e.g. dropout).",
+    )
+    lora_rank: int | None = fld(
+        None, category="Model", ge=1,
+        description="Train low-rank adapters of this rank instead of all weights; unset trains the full model.",
+    )
+    lora_alpha: int | None = fld(
+        None, category="Model", ge=1, description="Scaling numerator of the LoRA update (alpha / rank)."
+    )
+    lora_target: str | None = fld(
+        None, category="Model",
+        description="Comma-separated module names that receive LoRA adapters (e.g. q_proj,v_proj), or all-linear.",
+    )
+
+
+class TrainingArgs(Section):
+    learning_rate: float = fld(1e-6, category="Optimizer", gt=0, description="Peak learning rate of the optimizer.")
+    weight_decay: float = fld(0.0, category="Optimizer", ge=0, description="Decoupled (AdamW) weight decay.")
+    adam_beta1: float = fld(0.9, category="Optimizer", ge=0, lt=1, description="AdamW first-moment decay.")
+    adam_beta2: float = fld(0.999, category="Optimizer", ge=0, lt=1, description="AdamW second-moment decay.")
+    adam_epsilon: float = fld(1e-8, category="Optimizer", gt=0, description="AdamW denominator epsilon.")
+    max_grad_norm: float | None = fld(
+        1.0, category="Optimizer",
+        description="Clip the global gradient L2 norm to this value before each optimizer step; unset disables clipping.",
+    )
+    per_device_train_batch_size: int = fld(
+        1, category="Batch sizes", ge=1,
+        description="Samples in one forward/backward pass on one data-parallel rank (micro-batch).",
+    )
+    gradient_accumulation_steps: int = fld(
+        1, category="Batch sizes", ge=1,
+        description="Micro-batches accumulated per rank before one optimizer step.",
+    )
+    warmup_steps: int = fld(
+        0, category="Optimizer", ge=0,
+        description="Optimizer steps of linear learning-rate warmup; when 0, warmup_ratio decides.",
+    )
+    warmup_ratio: float = fld(
+        0.0, category="Optimizer", ge=0, le=1,
+        description="Fraction of all optimizer steps used for warmup when warmup_steps is 0.",
+    )
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = fld(
+        "constant", category="Optimizer", description="Learning-rate schedule after warmup."
+    )
+    min_lr_ratio: float = fld(
+        0.0, category="Optimizer", ge=0, le=1,
+        description="Floor of the decaying schedules, as a fraction of learning_rate.",
+    )
+    num_train_epochs: float = fld(
+        1.0, category="Optimizer", gt=0,
+        description="Passes over the prompt set; max_steps, when set, takes precedence.",
+    )
+    max_steps: int = fld(
+        -1, category="Optimizer",
+        description="Per-role cap on optimizer schedule length; -1 derives it from the pipeline's max_steps.",
+    )
+    seed: int | None = fld(None, category="Optimizer", description="Seed for this role; unset uses the pipeline seed.")
+    data_seed: int | None = fld(None, category="Optimizer", description="Seed of the data sampler; unset uses seed.")
+    dataloader_num_workers: int = fld(0, category="Data", ge=0, description="Background processes loading data.")
+    bf16: bool = fld(False, category="Optimizer", description="Mixed precision in bfloat16 (implied by dtype bf16).")
+    fp16: bool = fld(False, category="Optimizer", description="Mixed precision in float16 (implied by dtype fp16).")
+    tf32: bool | None = fld(None, category="Optimizer", description="Allow TF32 matmuls on Ampere+ GPUs.")
+    optim: Literal["adamw_torch", "adamw", "adam", "sgd"] = fld(
+        "adamw_torch", category="Optimizer", description="Optimizer algorithm."
+    )
+
+
+class SyntheticData(Section):
+    task: Literal[SYNTHETIC_TASKS] = fld(  # type: ignore[valid-type]
+        ..., category="Data", description="Code-generated verifiable task that produces the prompts."
+    )
+    num_prompts: int = fld(1024, category="Data", ge=1, description="How many distinct prompts to generate.")
+    seed: int = fld(0, category="Data", description="Seed of the prompt generator (same seed, same prompts).")
+    kwargs: dict[str, Any] = fld_factory(
+        dict, category="Data", description="Task-specific knobs (e.g. string length, digit count)."
+    )
+
+
+class DataArgs(Section):
+    template: str = fld(
+        "native", category="Data",
+        description="Chat template used to build prompts; native uses the tokenizer's own chat template, "
+        "none feeds the raw prompt text.",
+    )
+    file_name: str | list[str] | None = fld(
+        None, category="Data",
+        description="Prompt file(s): JSON, JSONL, CSV or Parquet. Exclusive with synthetic.",
+    )
+    eval_file_name: str | list[str] | None = fld(
+        None, category="Data", description="Held-out prompt file(s) used for evaluation."
+    )
+    dataset_dir: str | None = fld(None, category="Data", description="Folder that relative file names are read from.")
+    prompt: str | None = fld(
+        None, category="Data", description="Column holding the prompt text. Exclusive with messages."
+    )
+    messages: str | None = fld(
+        None, category="Data",
+        description="Column holding a chat (list of role/content messages). Exclusive with prompt.",
+    )
+    response: str | None = fld(
+        None, category="Data", description="Column holding the reference answer the reward checks against."
+    )
+    tag: str | None = fld(
+        None, category="Data",
+        description="Column naming each sample's domain; rewards pick samples by tag (tag_included).",
+    )
+    id: str | None = fld(None, category="Data", description="Column holding a stable sample id.")
+    max_samples: int | None = fld(
+        None, category="Data", ge=1, description="Use at most this many rows of the file (for debugging)."
+    )
+    preprocessing_num_workers: int | None = fld(
+        None, category="Data", ge=1, description="Processes used to tokenize the dataset."
+    )
+    truncation_side: Literal["left", "right", "error"] = fld(
+        "error", category="Data",
+        description="What happens to prompts longer than prompt_length: cut from the left, from the right, "
+        "or report an error.",
+    )
+    domain_interleave_probs: dict[str, float] | None = fld(
+        None, category="Data", description="Sampling probability of each domain tag inside one rollout batch."
+    )
+    shuffle: bool = fld(True, category="Data", description="Shuffle prompts at each pass over the data.")
+    synthetic: SyntheticData | None = fld(
+        None, category="Data", description="Generate prompts with a built-in verifiable task instead of a file."
+    )
+
+
+class GeneratingArgs(Section):
+    max_new_tokens: int | None = fld(
+        None, category="Generation", ge=1,
+        description="Most tokens sampled per response; unset uses response_length.",
+    )
+    max_length: int | None = fld(
+        None, category="Generation", ge=1,
+        description="Cap on prompt plus response tokens; max_new_tokens wins when both are set.",
+    )
+    min_new_tokens: int | None = fld(None, category="Generation", ge=0, description="Fewest tokens sampled per response.")
+    temperature: float = fld(
+        1.0, category="Generation", ge=0, description="Softmax temperature; 0 means greedy decoding."
+    )
+    top_p: float = fld(1.0, category="Generation", gt=0, le=1, description="Nucleus sampling mass (1 disables it).")
+    top_k: int = fld(-1, category="Generation", ge=-1, description="Keep only the k most likely tokens (-1 or 0 disables it).")
+    min_p: float = fld(
+        0.0, category="Generation", ge=0, le=1,
+        description="Drop tokens whose probability is below min_p times the top token's (0 disables it).",
+    )
+    num_beams: int = fld(1, category="Generation", ge=1, description="Beam search width; 1 samples without beams.")
+    num_return_sequences: int = fld(
+        1, category="Generation", ge=1,
+        description="Responses per prompt from one request (for validation: samples per prompt at eval time).",
+    )
+    repetition_penalty: float = fld(1.0, category="Generation", gt=0, description="Penalty on repeated tokens (1 = none).")
+    length_penalty: float = fld(1.0, category="Generation", description="Length exponent used by beam search.")
+    do_sample: bool = fld(True, category="Generation", description="Sample tokens; false decodes greedily.")
+    stop_strings: list[str] | None = fld(
+        None, category="Generation", description="Generation stops once any of these strings appears."
+    )
+    stop_token_ids: list[int] | None = fld(
+        None, category="Generation", description="Generation stops at any of these token ids (besides EOS)."
+    )
+    ignore_eos: bool = fld(False, category="Generation", description="Keep generating after the EOS token.")
+    seed: int | None = fld(None, category="Generation", description="Sampling seed; unset derives it from the pipeline seed.")
+
+
+# ---------------------------------------------------------------------------------------------
+# strategy configs, typed per strategy_name
+
+
+class MegatronConfig(Section):
+    tensor_model_parallel_size: int = fld(1, category="Strategy", ge=1, description="Tensor-parallel degree (TP).")
+    pipeline_model_parallel_size: int = fld(1, category="Strategy", ge=1, description="Pipeline-parallel degree (PP).")
+    virtual_pipeline_model_parallel_size: int | None = fld(
+        None, category="Strategy", ge=1, description="Model chunks per pipeline stage (interleaved schedule)."
+    )
+    context_parallel_size: int = fld(
+        1, category="Strategy", ge=1, description="Context-parallel degree (CP): long sequences split across ranks."
+    )
+    expert_model_parallel_size: int = fld(
+        1, category="Strategy", ge=1, description="Expert-parallel degree (EP) for mixture-of-experts layers."
+    )
+    expert_tensor_parallel_size: int | None = fld(
+        None, category="Strategy", ge=1, description="Tensor-parallel degree inside experts; unset uses TP."
+    )
+    sequence_parallel: bool = fld(
+        False, category="Strategy", description="Shard layer-norm and dropout activations along the sequence (needs TP > 1)."
+    )
+    recompute_granularity: Literal["full", "selective"] | None = fld(
+        None, category="Strategy",
+        description="Activation recomputation: full recomputes whole layers, selective only core attention.",
+    )
+    recompute_method: Literal["uniform", "block"] | None = fld(
+        None, category="Strategy", description="How layers are chosen for full recomputation."
+    )
+    recompute_num_layers: int | None = fld(
+        None, category="Strategy", ge=1, description="Layers recomputed per chunk (uniform) or per stage (block)."
+    )
+    moe_layer_recompute: bool = fld(False, category="Strategy", description="Recompute mixture-of-experts layers.")
+    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = fld(
+        "allgather", category="Strategy", description="How tokens are routed to experts."
+    )
+    moe_grouped_gemm: bool = fld(False, category="Strategy", description="Run all local experts as one grouped GEMM.")
+    moe_shared_expert_overlap: bool = fld(
+        False, category="Strategy", description="Overlap shared-expert compute with token dispatch."
+    )
+    overlap_grad_reduce: bool = fld(
+        False, category="Strategy", description="Overlap gradient reduction with the backward pass."
+    )
+    overlap_param_gather: bool = fld(
+        False, category="Strategy", description="Overlap parameter all-gather with the forward pass."
+    )
+    use_distributed_optimizer: bool = fld(
+        False, category="Strategy", description="Shard optimizer state across data-parallel ranks (ZeRO-1 style)."
+    )
+    account_for_embedding_in_pipeline_split: bool = fld(
+        False, category="Strategy", description="Count the embedding as a layer when splitting pipeline stages."
+    )
+    account_for_loss_in_pipeline_split: bool = fld(
+        False, category="Strategy", description="Count the loss head as a layer when splitting pipeline stages."
+    )
+
+
+class OffloadConfig(Section):
+    device: Literal["none", "cpu", "nvme"] = fld("none", category="Strategy", description="Where state is offloaded.")
+    pin_memory: bool = fld(False, category="Strategy", description="Use page-locked host memory for faster copies.")
+    nvme_path: str | None = fld(None, category="Strategy", description="Folder on NVMe used when device is nvme.")
+    buffer_count: int | None = fld(None, category="Strategy", ge=1, description="Offload buffers (nvme).")
+
+
+class ZeroOptimization(Section):
+    stage: Literal[0, 1, 2, 3] = fld(0, category="Strategy", description="ZeRO stage: what is sharded (0 none … 3 params).")
+    offload_optimizer: OffloadConfig | None = fld(None, category="Strategy", description="Offload of optimizer state.")
+    offload_param: OffloadConfig | None = fld(None, category="Strategy", description="Offload of parameters (stage 3).")
+    overlap_comm: bool | None = fld(None, category="Strategy", description="Overlap gradient reduction with backward.")
+    contiguous_gradients: bool | None = fld(None, category="Strategy", description="Copy gradients to one buffer.")
+    allgather_partitions: bool | None = fld(None, category="Strategy", description="All-gather updated partitions.")
+    allgather_bucket_size: AutoFloat | None = fld(None, category="Strategy", description="All-gather bucket (elements).")
+    reduce_scatter: bool | None = fld(None, category="Strategy", description="Reduce gradients with reduce-scatter.")
+    reduce_bucket_size: AutoFloat | None = fld(None, category="Strategy", description="Reduction bucket (elements).")
+    round_robin_gradients: bool | None = fld(None, category="Strategy", description="Round-robin gradient partitioning.")
+    sub_group_size: AutoFloat | None = fld(None, category="Strategy", description="Parameters per optimizer sub-group.")
+    stage3_prefetch_bucket_size: AutoFloat | None = fld(None, category="Strategy", description="Stage-3 prefetch size.")
+    stage3_param_persistence_threshold: AutoFloat | None = fld(
+        None, category="Strategy", description="Stage-3: parameters smaller than this stay unpartitioned."
+    )
+    stage3_max_live_parameters: AutoFloat | None = fld(
+        None, category="Strategy", description="Stage-3: most parameters resident on a GPU at once."
+    )
+    stage3_max_reuse_distance: AutoFloat | None = fld(
+        None, category="Strategy", description="Stage-3: keep a parameter if it is reused within this distance."
+    )
+    stage3_gather_16bit_weights_on_model_save: bool | None = fld(
+        None, category="Strategy", description="Stage-3: gather full 16-bit weights when saving."
+    )
+    zero_hpz_partition_size: int | None = fld(
+        None, category="Strategy", ge=1, description="Hierarchical partition size (ZeRO++ hpZ)."
+    )
+
+
+class PrecisionToggle(Section):
+    enabled: AutoBool = fld("auto", category="Strategy", description="Turn this precision on, off, or follow model dtype.")
+    loss_scale: float | None = fld(None, category="Strategy", description="fp16: static loss scale (0 = dynamic).")
+    loss_scale_window: int | None = fld(None, category="Strategy", description="fp16: steps between scale raises.")
+    initial_scale_power: int | None = fld(None, category="Strategy", description="fp16: initial scale is 2^power.")
+    hysteresis: int | None = fld(None, category="Strategy", description="fp16: overflows tolerated before lowering scale.")
+    min_loss_scale: float | None = fld(None, category="Strategy", description="fp16: lowest dynamic loss scale.")
+
+
+class DeepSpeedConfig(Section):
+    """DeepSpeed's JSON config, the part RL training uses. `auto` lets the trainer fill a value."""
+
+    train_batch_size: AutoInt | None = fld(None, category="Strategy", description="Global batch; keep auto.")
+    train_micro_batch_size_per_gpu: AutoInt | None = fld(
+        None, category="Strategy", description="Micro-batch per GPU; keep auto (from training_args)."
+    )
+    gradient_accumulation_steps: AutoInt | None = fld(
+        None, category="Strategy", description="Accumulation steps; keep auto (from training_args)."
+    )
+    gradient_clipping: AutoFloat | None = fld(
+        None, category="Strategy", description="Gradient norm clip; keep auto (from training_args.max_grad_norm)."
+    )
+    zero_optimization: ZeroOptimization = fld_factory(
+        ZeroOptimization, category="Strategy", description="ZeRO sharding and offload settings."
+    )
+    bf16: PrecisionToggle | None = fld(None, category="Strategy", description="bfloat16 mixed precision.")
+    fp16: PrecisionToggle | None = fld(None, category="Strategy", description="float16 mixed precision.")
+    zero_allow_untested_optimizer: bool | None = fld(
+        None, category="Strategy", description="Allow optimizers DeepSpeed has not tested with ZeRO."
+    )
+    steps_per_print: int | None = fld(None, category="Strategy", description="DeepSpeed's own logging interval.")
+    wall_clock_breakdown: bool | None = fld(None, category="Strategy", description="Print timing breakdowns.")
+
+
+class Fsdp2Config(Section):
+    reshard_after_forward: bool | int = fld(
+        True, category="Strategy",
+        description="Free gathered parameters after forward (true), keep them (false, like ZeRO-2), or reshard "
+        "to this smaller group size.",
+    )
+    cpu_offload: bool = fld(False, category="Strategy", description="Keep parameters and optimizer state in CPU memory.")
+    param_dtype: Dtype | None = fld(None, category="Strategy", description="Mixed precision: dtype of gathered parameters.")
+    reduce_dtype: Dtype | None = fld(None, category="Strategy", description="Mixed precision: dtype of gradient reduction.")
+    fsdp_size: int = fld(
+        -1, category="Strategy",
+        description="Ranks that shard one model copy (hybrid sharding); -1 shards across the whole role.",
+    )
+    offload_pin_memory: bool = fld(False, category="Strategy", description="Pin CPU memory used for offload.")
+
+
+class TorchTrainConfig(Section):
+    """The single-process strategy has no knobs."""
+
+
+class HfInferConfig(Section):
+    """transformers `generate` needs no engine knobs."""
+
+
+class VllmConfig(Section):
+    gpu_memory_utilization: float = fld(
+        0.6, category="Strategy", gt=0, le=1, description="Fraction of GPU memory vLLM may take (weights + KV cache)."
+    )
+    block_size: int = fld(16, category="Strategy", ge=1, description="Tokens per KV-cache block.")
+    max_model_len: int | None = fld(
+        None, category="Strategy", ge=1,
+        description="Longest prompt + response the engine accepts; unset derives it from the model config.",
+    )
+    load_format: Literal["auto", "dummy", "safetensors", "pt"] = fld(
+        "auto", category="Strategy",
+        description="How the engine loads weights; dummy skips loading since the trainer pushes weights at start.",
+    )
+    tensor_parallel_size: int = fld(1, category="Strategy", ge=1, description="GPUs one engine shards a model over.")
+    pipeline_parallel_size: int = fld(1, category="Strategy", ge=1, description="Pipeline stages of one engine.")
+    enforce_eager: bool = fld(False, category="Strategy", description="Disable CUDA graphs (faster start, slower decode).")
+    enable_prefix_caching: bool = fld(False, category="Strategy", description="Reuse KV cache of shared prompt prefixes.")
+    enable_chunked_prefill: bool | None = fld(None, category="Strategy", description="Split long prefills into chunks.")
+    sleep_level: Literal[1, 2] = fld(
+        1, category="Strategy",
+        description="What sleep frees when colocated: 1 offloads weights and drops KV cache, 2 drops both.",
+    )
+    max_num_batched_tokens: int | None = fld(None, category="Strategy", ge=1, description="Token budget per engine step.")
+    max_num_seqs: int | None = fld(None, category="Strategy", ge=1, description="Most sequences decoded concurrently.")
+    disable_log_stats: bool = fld(True, category="Strategy", description="Silence periodic engine statistics.")
+
+
+class SglangConfig(Section):
+    mem_fraction_static: float = fld(
+        0.8, category="Strategy", gt=0, le=1, description="Fraction of GPU memory for weights and KV cache."
+    )
+    load_format: Literal["auto", "dummy", "safetensors", "pt"] = fld(
+        "auto", category="Strategy", description="How weights are loaded; dummy waits for the trainer's weights."
+    )
+    tp_size: int = fld(1, category="Strategy", ge=1, description="GPUs one engine shards a model over.")
+    context_length: int | None = fld(
+        None, category="Strategy", ge=1, description="Longest prompt + response; unset derives it from the model."
+    )
+    attention_backend: str | None = fld(None, category="Strategy", description="Attention kernel (e.g. flashinfer, triton).")
+    disable_cuda_graph: bool = fld(False, category="Strategy", description="Disable CUDA graphs.")
+    enable_memory_saver: bool = fld(True, category="Strategy", description="Allow releasing memory while colocated.")
+    max_running_requests: int | None = fld(None, category="Strategy", ge=1, description="Most concurrent requests.")
+
+
+def _strategy(name: str, config_cls: type[Section], description: str) -> type[Section]:
+    """One member of the strategy_args union: strategy_name selects the strategy_config model."""
+    return type(
+        f"StrategyArgs_{name}",
+        (Section,),
+        {
+            "__annotations__": {"strategy_name": Literal[name], "strategy_config": config_cls},
+            "__doc__": description,
+            "strategy_name": fld(
+                ..., category="Strategy", description="Which training or inference backend runs this role."
+            ),
+            "strategy_config": fld_factory(
+                config_cls, category="Strategy", description=f"Settings of the {name} strategy."
+            ),
+            "__module__": __name__,
+        },
+    )
+
+
+STRATEGY_CONFIG_MODELS: dict[str, type[Section]] = {
+    "megatron_train": MegatronConfig,
+    "megatron_infer": MegatronConfig,
+    "deepspeed_train": DeepSpeedConfig,
+    "deepspeed_infer": DeepSpeedConfig,
+    "fsdp2_train": Fsdp2Config,
+    "fsdp2_infer": Fsdp2Config,
+    "torch_train": TorchTrainConfig,
+    "hf_infer": HfInferConfig,
+    "vllm": VllmConfig,
+    "sglang": SglangConfig,
+}
+STRATEGY_ARGS_MODELS: dict[str, type[Section]] = {
+    name: _strategy(name, cfg, f"strategy_args for {name}") for name, cfg in STRATEGY_CONFIG_MODELS.items()
+}
+# The tag strategy_name picks the typed strategy_config model.
+StrategyArgs = Annotated[
+    Union[tuple(STRATEGY_ARGS_MODELS.values())],  # noqa: UP007
+    Field(discriminator="strategy_name"),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# workers
+
+
+class WorkerConfig(Section):
+    name: str | None = fld(None, category="Cluster", description="Display name of the role (defaults to its key).")
+    worker_cls: str | None = fld(
+        None, category="Cluster",
+        description="ROLL worker class path, accepted for compatibility; it is looked up in a registry of known "
+        "names and never imported.",
+    )
+    model_args: ModelArgs = fld_factory(ModelArgs, category="Model", description="Which model the role loads and how.")
+    training_args: TrainingArgs = fld_factory(
+        TrainingArgs, category="Optimizer", description="Optimizer and batch settings (training roles)."
+    )
+    data_args: DataArgs | None = fld(
+        None, category="Data", description="Prompt data (actor_train for training prompts, validation for eval)."
+    )
+    generating_args: GeneratingArgs | None = fld(
+        None, category="Generation", description="Sampling settings (actor_infer and validation)."
+    )
+    strategy_args: StrategyArgs | None = fld(
+        None, category="Strategy",
+        description="Backend of the role: strategy_name and its typed strategy_config. Unset: torch_train for "
+        "training roles, hf_infer for generation and forward-only roles.",
+    )
+    device_mapping: list[int] | None = fld(
+        None, category="Cluster",
+        description="Device ids the role runs on, as a list or an expression such as list(range(0,8)) "
+        "(parsed, never executed). Roles whose devices overlap are colocated and take turns. Unset: one CPU worker.",
+    )
+    world_size: int | None = fld(
+        None, category="Cluster", ge=1,
+        description="Workers of this role; derived from device_mapping when unset (and must agree when both are set).",
+    )
+    num_gpus_per_worker: int = fld(
+        1, category="Cluster", ge=1,
+        description="Devices one worker drives (actor_infer: one engine's tensor x pipeline parallel size).",
+    )
+    infer_batch_size: int = fld(
+        16, category="Batch sizes", ge=1, description="Micro-batch for forward-only passes (log-probs, values, scores)."
+    )
+    model_update_frequency: int = fld(
+        1, category="Cluster", ge=1, description="Push new weights to this role every this many training steps."
+    )
+    use_dynamic_bsz: bool = fld(
+        False, category="Batch sizes",
+        description="Pack micro-batches by token count (max_token_len_per_gpu) instead of a fixed sample count.",
+    )
+    max_token_len_per_gpu: int | None = fld(
+        None, category="Batch sizes", ge=1, description="Token budget of one packed micro-batch when use_dynamic_bsz."
+    )
+    backend_timeout: int = fld(
+        30, category="Cluster", ge=1, description="Minutes a collective may wait before the process group fails."
+    )
+    system_envs: dict[str, str] = fld_factory(
+        dict, category="Cluster", description="Environment variables set in this role's worker processes."
+    )
+
+    @field_validator("device_mapping", mode="before")
+    @classmethod
+    def _parse_device_mapping(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_device_mapping(value)
+        return value
+
+
+class QueryFilterConfig(Section):
+    type: Literal["no_filter", "mean_filter", "std_filter"] = fld(
+        "no_filter", category="Reward processing",
+        description="Drop prompt groups whose rewards carry no learning signal (mean or spread out of range).",
+    )
+    filter_args: dict[str, float] = fld_factory(
+        dict, category="Reward processing", description="Thresholds of the filter (threshold_up, threshold_down, std).",
+    )
+
+
+class RewardWorkerConfig(WorkerConfig):
+    reward_type: Literal[REWARD_TYPES] | None = fld(  # type: ignore[valid-type]
+        None, category="Reward processing",
+        description="Built-in reward function; alternatively a known ROLL worker_cls names it.",
+    )
+    tag_included: list[str] = fld_factory(
+        list, category="Reward processing", description="Domain tags this reward scores; empty scores every sample."
+    )
+    query_filter_config: QueryFilterConfig | None = fld(
+        None, category="Reward processing", description="Filtering of prompt groups by their rewards."
+    )
+    reward_kwargs: dict[str, Any] = fld_factory(
+        dict, category="Reward processing", description="Arguments passed to the reward function."
+    )
+
+
+class CheckpointConfig(Section):
+    type: Literal["file_system"] = fld(
+        "file_system", category="Checkpointing", description="Where checkpoints are stored (a file system path)."
+    )
+    output_dir: str | None = fld(
+        None, category="Checkpointing", description="Folder for checkpoints; unset uses <output_dir>/checkpoints."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# agentic
+
+
+class RewardNormalization(Section):
+    grouping: Literal["state", "batch", "inductive"] = fld(
+        "state", category="Agentic",
+        description="Which trajectories are normalised together: same start state, whole batch, or by tag.",
+    )
+    method: Literal["asym_clip", "identity", "mean_std", "mean"] = fld(
+        "identity", category="Agentic", description="Normalisation applied inside a group."
+    )
+
+
+class EnvManagerConfig(Section):
+    env_groups: int = fld(1, category="Agentic", ge=1, description="Environment groups run in parallel.")
+    group_size: int = fld(
+        1, category="Agentic", ge=1,
+        description="Environments per group; all share one configuration and seed, so they form one "
+        "comparison group.",
+    )
+    tags: list[str] = fld_factory(list, category="Agentic", description="Environment names (keys of custom_envs).")
+    n_groups: list[int] | None = fld(
+        None, category="Agentic", description="Groups given to each tag; unset splits env_groups evenly."
+    )
+    max_traj_per_env: int = fld(-1, category="Agentic", description="Trajectories per environment (-1: no limit).")
+    max_env_num_per_worker: int = fld(0, category="Agentic", ge=0, description="Environments per worker (0: all).")
+    format_penalty: float = fld(
+        0.0, category="Agentic", le=0, description="Reward added (a value <= 0) when a reply breaks the action format."
+    )
+    worker_cls: str | None = fld(
+        None, category="Agentic", description="ROLL env-manager class path (looked up in a registry, never imported)."
+    )
+
+
+class CustomEnvConfig(Section):
+    env_type: str = fld(..., category="Agentic", description="Registered environment type (e.g. sokoban).")
+    max_steps: int | None = fld(None, category="Agentic", ge=1, description="Turns before the episode is cut off.")
+    max_actions_per_traj: int | None = fld(None, category="Agentic", ge=1, description="Actions allowed per trajectory.")
+    max_tokens_per_step: int | None = fld(None, category="Agentic", ge=1, description="Tokens sampled per turn.")
+    env_instruction: str | None = fld(None, category="Agentic", description="Instruction shown to the model.")
+    env_config: dict[str, Any] = fld_factory(dict, category="Agentic", description="Environment-specific settings.")
+
+
+# ---------------------------------------------------------------------------------------------
+# root
+
+
+class PipelineConfig(Section):
+    """The whole experiment: pipeline keys at the top, one section per worker role."""
+
+    # Experiment
+    exp_name: str = fld("experiment", category="Experiment", description="Name of the experiment (run labels, folders).")
+    seed: int = fld(42, category="Experiment", description="Seed of every random generator; same seed, same run.")
+    pretrain: str | None = fld(
+        None, category="Model", description="Policy model path, commonly referenced as ${pretrain} by the roles."
+    )
+    reward_pretrain: str | None = fld(
+        None, category="Model", description="Reward/critic model path, commonly referenced as ${reward_pretrain}."
+    )
+    rpc_timeout: int = fld(3600, category="Cluster", ge=1, description="Seconds a call to a worker may take before it fails.")
+    output_dir: str = fld("./output", category="Experiment", description="Run directory: events, checkpoints, logs.")
+    logging_dir: str = fld("./output/logs", category="Logging", description="Folder for log files.")
+    render_save_dir: str | None = fld(
+        None, category="Agentic", description="Folder for rendered environment frames (agentic pipelines)."
+    )
+    profiler_output_dir: str | None = fld(None, category="Logging", description="Folder for profiler traces.")
+    system_envs: dict[str, str] = fld_factory(
+        dict, category="Cluster", description="Environment variables set in every worker process."
+    )
+    track_with: Literal["tensorboard", "wandb", "stdout", "swanlab", "none"] = fld(
+        "tensorboard", category="Logging", description="Extra experiment tracker (events.jsonl is always written)."
+    )
+    tracker_kwargs: dict[str, Any] = fld_factory(
+        dict, category="Logging", description="Arguments of the tracker (e.g. log_dir, project, entity)."
+    )
+
+    # Cluster
+    num_nodes: int = fld(1, category="Cluster", ge=1, description="Machines in the cluster.")
+    num_gpus_per_node: int = fld(8, category="Cluster", ge=1, description="Devices on each machine.")
+    local_rank: int = fld(-1, category="Cluster", description="Set by the launcher for distributed runs; -1 otherwise.")
+    colocate_all: bool = fld(
+        False, category="Cluster",
+        description="Run every role without its own device_mapping on actor_train's devices, taking turns.",
+    )
+
+    # Schedule
+    max_steps: int = fld(500, category="Experiment", ge=1, description="Pipeline steps (rollout + update) to run.")
+    save_steps: int = fld(50, category="Checkpointing", ge=1, description="Save a checkpoint every this many steps.")
+    logging_steps: int = fld(1, category="Logging", ge=1, description="Emit metrics every this many steps.")
+    eval_steps: int = fld(10, category="Experiment", description="Evaluate every this many steps (<= 0 disables).")
+    val_before_train: bool = fld(False, category="Experiment", description="Evaluate once before the first step.")
+    resume_from_checkpoint: bool | str = fld(
+        False, category="Checkpointing",
+        description="false starts fresh, true resumes from the latest checkpoint in output_dir, a path resumes from it.",
+    )
+    resume_mode: Literal["none", "latest", "path"] | None = fld(
+        None, category="Checkpointing",
+        description="Explicit form of resume_from_checkpoint (none / latest / path); unset follows it.",
+    )
+    checkpoint_config: CheckpointConfig = fld_factory(
+        CheckpointConfig, category="Checkpointing", description="Where checkpoints go."
+    )
+    max_ckpts_to_keep: int = fld(
+        -1, category="Checkpointing", description="Keep only the newest N checkpoints (-1 keeps all)."
+    )
+
+    # Batch sizes and lengths
+    rollout_batch_size: int = fld(128, category="Batch sizes", ge=1, description="Prompts sampled per step.")
+    val_batch_size: int = fld(128, category="Batch sizes", ge=1, description="Prompts per evaluation batch.")
+    num_return_sequences_in_group: int = fld(
+        1, category="Batch sizes", ge=1,
+        description="Responses sampled per prompt (the GRPO group); samples per step = rollout_batch_size x this.",
+    )
+    prompt_length: int = fld(1024, category="Batch sizes", ge=1, description="Longest prompt in tokens.")
+    response_length: int = fld(1024, category="Batch sizes", ge=1, description="Longest response in tokens.")
+    sequence_length: int | None = fld(
+        None, category="Batch sizes", ge=1, description="Longest prompt + response; unset is their sum."
+    )
+
+    # Scheduling of generation requests
+    generate_opt_level: Literal[0, 1] = fld(
+        1, category="Generation",
+        description="0 sends the whole batch to generate at once; 1 streams requests through a scheduler.",
+    )
+    is_num_return_sequences_expand: bool = fld(
+        False, category="Generation",
+        description="Send each prompt n times with one sample each instead of one request asking for n samples.",
+    )
+    max_running_requests: int = fld(128, category="Generation", ge=1, description="Most requests in flight per engine.")
+    is_use_additional_prompts: bool = fld(
+        False, category="Generation", description="Sample extra prompts to replace groups dropped by filters."
+    )
+    max_additional_running_prompts: int = fld(
+        16, category="Generation", ge=0, description="Extra prompts allowed in flight beyond rollout_batch_size."
+    )
+    async_generation_ratio: float = fld(
+        0.0, category="Generation", ge=0,
+        description="How many steps generation may run ahead of training (0: fully on-policy).",
+    )
+
+    # Algorithm
+    adv_estimator: Literal[
+        "gae", "reinforce", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "remax"
+    ] = fld("grpo", category="Algorithm", description="How advantages are computed (gae needs a critic).")
+    ppo_epochs: int = fld(1, category="Algorithm", ge=1, description="Passes of optimizer updates over each rollout batch.")
+    gamma: float = fld(1.0, category="Algorithm", ge=0, le=1, description="Discount factor of future rewards.")
+    lambd: float = fld(
+        0.95, category="Algorithm", ge=0, le=1, description="GAE lambda: 1 is low bias / high variance, 0 the opposite."
+    )
+    norm_adv_by_std_in_grpo: bool = fld(
+        True, category="Algorithm",
+        description="GRPO: divide group-centred rewards by the group's std; false gives Dr.GRPO.",
+    )
+    policy_loss: Literal["ppo", "gspo"] = fld(
+        "ppo", category="Loss", description="Policy objective: token-level PPO ratio clipping, or sequence-level GSPO."
+    )
+    critic_warmup: int = fld(0, category="Algorithm", ge=0, description="Steps that train only the critic at the start.")
+
+    # KL
+    kl_penalty: Literal["kl", "abs", "mse", "low_var_kl", "full"] = fld(
+        "kl", category="KL",
+        description="KL estimator between policy and reference: kl (k1), abs, mse (k2), low_var_kl (k3), full.",
+    )
+    add_token_level_kl: bool = fld(False, category="KL", description="Subtract a per-token KL penalty from rewards.")
+    init_kl_coef: float = fld(0.2, category="KL", ge=0, description="Starting coefficient of the KL penalty in the reward.")
+    kl_ctrl_type: Literal["fixed", "adaptive"] = fld(
+        "fixed", category="KL", description="Keep the KL coefficient fixed, or adapt it toward target_kl."
+    )
+    target_kl: float | None = fld(None, category="KL", gt=0, description="KL the adaptive controller steers toward.")
+    kl_horizon: int = fld(10000, category="KL", ge=1, description="Time constant (steps) of the adaptive controller.")
+    use_kl_loss: bool = fld(False, category="KL", description="Add a KL term to the policy loss (GRPO style).")
+    kl_loss_coef: float = fld(0.0, category="KL", ge=0, description="Weight of the KL loss term.")
+
+    # Loss
+    pg_clip: float = fld(0.2, category="Loss", gt=0, description="PPO ratio clip range (both sides).")
+    pg_clip_low: float | None = fld(None, category="Loss", gt=0, description="Lower clip range; overrides pg_clip below.")
+    pg_clip_high: float | None = fld(
+        None, category="Loss", gt=0, description="Upper clip range (clip-higher); overrides pg_clip above."
+    )
+    dual_clip_loss: bool = fld(False, category="Loss", description="Bound the loss of negative-advantage tokens (dual clip).")
+    clip_ratio_c: float = fld(3.0, category="Loss", gt=1, description="Dual-clip constant c (> 1).")
+    value_clip: float | None = fld(None, category="Loss", gt=0, description="Clip value predictions around old values.")
+    loss_agg_mode: Literal[
+        "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = fld("seq-mean-token-mean", category="Loss", description="How per-token losses are reduced to one number.")
+    entropy_loss_coef: float = fld(0.0, category="Loss", description="Weight of the entropy bonus (encourages exploration).")
+    sft_loss_coef: float = fld(0.0, category="Loss", ge=0, description="Weight of a supervised loss on positive samples.")
+    rl_loss_coef: float = fld(1.0, category="Loss", ge=0, description="Weight of the policy-gradient loss.")
+    use_topr_loss: bool = fld(False, category="Loss", description="Use the TOPR (tapered off-policy) objective.")
+    max_grad_norm: float = fld(1.0, category="Optimizer", gt=0, description="Pipeline-level gradient norm clip.")
+    l2: float = fld(0.0, category="Loss", ge=0, description="L2 penalty on weights added to the loss.")
+    difficulty_loss_weight: bool = fld(False, category="Loss", description="Weight samples by prompt difficulty.")
+    length_loss_weight: bool = fld(False, category="Loss", description="Weight samples by response length.")
+
+    # Reward processing
+    reward_clip: float | None = fld(None, category="Reward processing", gt=0, description="Clip rewards to [-c, c].")
+    advantage_clip: float | None = fld(
+        None, category="Reward processing", gt=0, description="Clip advantages to [-c, c]."
+    )
+    whiten_rewards: bool = fld(False, category="Reward processing", description="Zero-mean, unit-variance rewards.")
+    whiten_advantages: bool = fld(False, category="Reward processing", description="Zero-mean, unit-variance advantages.")
+    use_reward_scaling: bool = fld(False, category="Reward processing", description="Scale rewards by a running std.")
+    use_reward_norm: bool = fld(
+        False, category="Reward processing", description="Normalise rewards (with use_reward_scaling)."
+    )
+    add_len_reward: bool = fld(False, category="Reward processing", description="Add a reward term based on length.")
+    reward_norm: NormType | None = fld(
+        None, category="Reward processing",
+        description="Older ROLL name that sets both norm_mean_type and norm_std_type.",
+    )
+    norm_mean_type: NormType | None = fld(
+        None, category="Reward processing",
+        description="Mean subtracted from rewards: over the batch, the prompt's group, running stats, or none.",
+    )
+    norm_std_type: NormType | None = fld(
+        None, category="Reward processing", description="Std rewards are divided by (same choices as norm_mean_type)."
+    )
+    reward_shift: bool = fld(False, category="Reward processing", description="Normalise by subtracting the mean only.")
+    reward_scale: bool = fld(False, category="Reward processing", description="Normalise by dividing by the std only.")
+    reward_normalization: RewardNormalization | None = fld(
+        None, category="Agentic", description="Reward normalisation of agentic trajectories."
+    )
+
+    # Worker roles
+    actor_train: WorkerConfig = fld_factory(
+        WorkerConfig, category="Workers", description="The policy being trained."
+    )
+    actor_infer: WorkerConfig = fld_factory(
+        WorkerConfig, category="Workers", description="The generation engine that samples responses."
+    )
+    reference: WorkerConfig | None = fld(
+        None, category="Workers", description="Frozen reference policy for KL; unset when no KL is used."
+    )
+    critic: WorkerConfig | None = fld(None, category="Workers", description="Value model (needed by gae).")
+    rewards: dict[str, RewardWorkerConfig] = fld_factory(
+        dict, category="Workers", description="Reward workers by name."
+    )
+    validation: WorkerConfig | None = fld(
+        None, category="Workers", description="Evaluation data and sampling settings."
+    )
+
+    # Agentic
+    train_env_manager: EnvManagerConfig | None = fld(
+        None, category="Agentic", description="Environments used for training rollouts."
+    )
+    val_env_manager: EnvManagerConfig | None = fld(
+        None, category="Agentic", description="Environments used for evaluation rollouts."
+    )
+    custom_envs: dict[str, CustomEnvConfig] = fld_factory(
+        dict, category="Agentic", description="Environment definitions by tag."
+    )
+
+    @model_validator(mode="after")
+    def _apply_reward_norm(self) -> PipelineConfig:
+        # reward_norm is ROLL's older spelling of both norm types.
+        if self.reward_norm is not None:
+            if self.norm_mean_type is None:
+                self.norm_mean_type = self.reward_norm
+            if self.norm_std_type is None:
+                self.norm_std_type = self.reward_norm
+        return self
+
+
+WORKER_ROLES: tuple[str, ...] = ("actor_train", "actor_infer", "reference", "critic", "validation")

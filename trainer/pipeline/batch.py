@@ -1,0 +1,78 @@
+"""Tensor layout of one RLVR batch, and the model forwards every role shares.
+
+Each row is ``prompt (left-padded to P) + response (right-padded to R)``, so the response tokens
+sit at columns ``[P, P+R)`` for every row and one slice serves the whole batch:
+
+    input_ids, attention_mask, position_ids : [B, P+R]
+    response_mask                           : [B, R]   1 on real response tokens
+    logits predicting response token j      : column P - 1 + j
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_token_id: int) -> dict[str, Tensor]:
+    """Left-pad prompts, right-pad responses, and derive masks and position ids."""
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    width_p = max(len(p) for p in prompts)
+    width_r = max(1, max(len(r) for r in responses))
+    batch = len(prompts)
+    input_ids = torch.full((batch, width_p + width_r), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((batch, width_p + width_r), dtype=torch.long)
+    for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+        input_ids[row, width_p - len(prompt) : width_p] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[row, width_p - len(prompt) : width_p] = 1
+        if response:
+            input_ids[row, width_p : width_p + len(response)] = torch.tensor(response, dtype=torch.long)
+            attention_mask[row, width_p : width_p + len(response)] = 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "response_mask": attention_mask[:, width_p:].float(),
+    }
+
+
+def response_logits(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
+    """Float logits [B, R, V] predicting each response token, divided by the sampling temperature."""
+    width_r = batch["response_mask"].size(1)
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    )
+    logits = out.logits[:, -width_r - 1 : -1, :].float()
+    return logits / temperature if temperature > 0 else logits
+
+
+def token_logprobs(logits: Tensor, tokens: Tensor) -> Tensor:
+    """log softmax(logits)[token] per position: [B, R, V], [B, R] -> [B, R]."""
+    return logits.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(logits: Tensor) -> Tensor:
+    """H = -sum_v p_v log p_v per position: [B, R, V] -> [B, R]."""
+    logp = logits.log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def response_logprobs(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
+    width_r = batch["response_mask"].size(1)
+    logits = response_logits(model, batch, temperature)
+    return token_logprobs(logits, batch["input_ids"][:, -width_r:])
+
+
+def split_rows(batch: dict[str, Tensor], size: int) -> list[dict[str, Tensor]]:
+    """Consecutive row chunks of ``size`` (the last may be shorter)."""
+    rows = next(iter(batch.values())).size(0)
+    return [{k: v[i : i + size] for k, v in batch.items()} for i in range(0, rows, size)]
+
+
+def select_rows(batch: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    return {k: v[index] for k, v in batch.items()}

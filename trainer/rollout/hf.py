@@ -1,0 +1,182 @@
+"""`hf_infer`: batched sampling with a Hugging Face causal LM and a KV cache (the CPU path).
+
+A hand-written decode loop rather than ``model.generate``: on CPU with tiny models the generate
+machinery (logits-processor lists, stopping criteria, output dataclasses) costs more than the
+forward pass, and our own loop gives the exact log-probs we document in ``Generation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+from transformers.cache_utils import DynamicCache
+
+from trainer.rollout.base import Generation, SamplingParams
+
+
+def filter_logits(logits: Tensor, top_k: int, top_p: float, min_p: float) -> Tensor:
+    """Mask (to -inf) the tokens that top-k, top-p (nucleus) and min-p sampling exclude.
+
+    top-k keeps the k largest logits; top-p keeps the smallest prefix of tokens sorted by
+    probability whose mass reaches p; min-p keeps tokens with ``p(token) >= min_p * max_token p``.
+    The most likely token always survives.
+    """
+    if top_k > 0 and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if min_p > 0.0:
+        probs = logits.softmax(-1)
+        threshold = min_p * probs.max(dim=-1, keepdim=True).values
+        logits = logits.masked_fill(probs < threshold, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        # drop a token when the mass *before* it already reaches top_p
+        drop_sorted = (cumulative - sorted_logits.softmax(-1)) >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """Left-pad token lists into (input_ids, attention_mask) of shape [batch, max_len]."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+    return ids, mask
+
+
+class HFInferEngine:
+    """Rollout engine over an in-memory ``PreTrainedModel`` (``hf_infer``)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        eos_token_ids: list[int],
+        pad_token_id: int,
+        device: str = "cpu",
+        max_batch_size: int | None = None,
+    ) -> None:
+        self.model = model.to(device).eval()
+        self.device = torch.device(device)
+        self.eos_token_ids = list(eos_token_ids)
+        self.pad_token_id = pad_token_id
+        self.max_batch_size = max_batch_size
+        self.asleep = False
+
+    # -- weights and memory -------------------------------------------------------------------
+    def load_weights(self, state_dict: Mapping[str, Tensor]) -> None:
+        """Copy new weights in place (after each policy update); names must match the model's."""
+        params = dict(self.model.named_parameters())
+        params.update(dict(self.model.named_buffers()))
+        unknown = sorted(set(state_dict) - set(self.model.state_dict()))
+        if unknown:
+            raise KeyError(f"load_weights: unknown parameter names {unknown[:5]}")
+        with torch.no_grad():
+            for name, value in state_dict.items():
+                if name in params:
+                    params[name].copy_(value.to(params[name].device, params[name].dtype))
+
+    def sleep(self) -> None:
+        """Release accelerator memory while a colocated role trains (weights parked on CPU)."""
+        if self.device.type != "cpu":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+        self.asleep = True
+
+    def wake(self) -> None:
+        self.model.to(self.device)
+        self.asleep = False
+
+    # -- generation ---------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Sample ``params.n`` responses per prompt; results ordered by (prompt, sample)."""
+        if self.asleep:
+            raise RuntimeError("hf_infer engine is asleep: call wake() before generate()")
+        if not prompts:
+            return []
+        expanded = [(p, s) for p in range(len(prompts)) for s in range(params.n)]
+        generator = torch.Generator(device="cpu")
+        if params.seed is not None:
+            generator.manual_seed(params.seed)
+        else:
+            generator.seed()
+        chunk = self.max_batch_size or len(expanded)
+        results: list[Generation] = []
+        for start in range(0, len(expanded), chunk):
+            part = expanded[start : start + chunk]
+            results.extend(self._generate_batch([prompts[p] for p, _ in part], part, params, generator))
+        return results
+
+    @torch.no_grad()
+    def _generate_batch(
+        self,
+        prompts: list[list[int]],
+        index: list[tuple[int, int]],
+        params: SamplingParams,
+        generator: torch.Generator,
+    ) -> list[Generation]:
+        input_ids, attention_mask = left_pad(prompts, self.pad_token_id)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        batch = input_ids.size(0)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
+        stop = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=self.device)
+
+        cache = DynamicCache()
+        tokens = torch.full((batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long)
+        logprobs = torch.zeros((batch, params.max_new_tokens))
+        lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long)
+        reasons = ["length"] * batch
+        done = torch.zeros(batch, dtype=torch.bool)
+        step_ids, step_pos = input_ids, position_ids
+        for t in range(params.max_new_tokens):
+            out = self.model(
+                input_ids=step_ids,
+                attention_mask=attention_mask,
+                position_ids=step_pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float().cpu()
+            if params.temperature == 0.0:
+                scaled = logits
+                chosen = logits.argmax(-1)
+            else:
+                scaled = logits / params.temperature
+                probs = filter_logits(scaled, params.top_k, params.top_p, params.min_p).softmax(-1)
+                chosen = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            chosen = torch.where(done, torch.full_like(chosen, self.pad_token_id), chosen)
+            tokens[:, t] = chosen
+            logprobs[:, t] = scaled.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1)
+            hit_eos = torch.isin(chosen, eos.cpu()) & ~done
+            hit_stop = torch.isin(chosen, stop.cpu()) & ~done & ~hit_eos
+            for row in torch.nonzero(hit_eos | hit_stop).flatten().tolist():
+                lengths[row] = t + 1
+                reasons[row] = "eos" if hit_eos[row] else "stop"
+            done |= hit_eos | hit_stop
+            if bool(done.all()):
+                break
+            step_ids = chosen[:, None].to(self.device)
+            step_pos = step_pos[:, -1:] + 1
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], dim=-1)
+
+        return [
+            Generation(
+                prompt_index=p,
+                sample_index=s,
+                token_ids=tokens[row, : lengths[row]].tolist(),
+                logprobs=logprobs[row, : lengths[row]].tolist(),
+                stop_reason=reasons[row],
+            )
+            for row, (p, s) in enumerate(index)
+        ]

@@ -1,0 +1,225 @@
+"""What every training strategy shares: the optimiser config, the LR schedule, gradient clipping,
+RNG capture and the protocol the pipeline programs against.
+
+A strategy owns one model replica (or shard), its optimiser and its scheduler. The pipeline hands
+it micro-batches and a loss function; the strategy does backward, clipping and the update.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+T = TypeVar("T")
+
+LossFn = Callable[[nn.Module, dict[str, Tensor]], tuple[Tensor, dict[str, float]]]
+"""(model, micro_batch) -> (loss already divided by the GLOBAL normaliser, float metrics)."""
+
+LR_SCHEDULER_TYPES = ("constant", "linear", "cosine")
+RESERVED_METRICS = ("loss", "grad_norm", "lr", "update_skipped")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW + warmup/decay schedule, built from a role's `training_args` by the caller."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    lr_scheduler_type: str = "constant"
+    num_training_steps: int = 1
+    max_grad_norm: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
+            raise ValueError(
+                f"OptimConfig.lr_scheduler_type={self.lr_scheduler_type!r} is not supported; "
+                f"valid: {', '.join(LR_SCHEDULER_TYPES)}"
+            )
+        if self.lr < 0:
+            raise ValueError(f"OptimConfig.lr must be >= 0, got {self.lr}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"OptimConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.num_training_steps < 1:
+            raise ValueError(f"OptimConfig.num_training_steps must be >= 1, got {self.num_training_steps}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(
+                f"OptimConfig.max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}"
+            )
+        self.betas = (float(self.betas[0]), float(self.betas[1]))
+
+    @classmethod
+    def from_training_args(cls, training_args: Any, num_training_steps: int) -> OptimConfig:
+        """Read the HF-TrainingArguments names ROLL uses (`learning_rate`, `adam_beta1`, …) from a
+        mapping or an object; missing names keep this class's defaults."""
+
+        def get(name: str, default: Any) -> Any:
+            if isinstance(training_args, Mapping):
+                value = training_args.get(name, default)
+            else:
+                value = getattr(training_args, name, default)
+            return default if value is None else value
+
+        defaults = cls()
+        return cls(
+            lr=float(get("learning_rate", defaults.lr)),
+            weight_decay=float(get("weight_decay", defaults.weight_decay)),
+            betas=(float(get("adam_beta1", 0.9)), float(get("adam_beta2", 0.999))),
+            eps=float(get("adam_epsilon", defaults.eps)),
+            warmup_steps=int(get("warmup_steps", 0)),
+            lr_scheduler_type=str(get("lr_scheduler_type", "constant")),
+            num_training_steps=num_training_steps,
+            max_grad_norm=get("max_grad_norm", defaults.max_grad_norm),
+        )
+
+
+class TrainStrategy(Protocol):
+    model: nn.Module
+
+    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]: ...
+
+    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T: ...
+
+    def full_state_dict(self) -> dict[str, Tensor]: ...
+
+    def save_checkpoint(self, path: Path) -> None: ...
+
+    def load_checkpoint(self, path: Path) -> None: ...
+
+
+def lr_multiplier(step: int, cfg: OptimConfig) -> float:
+    """LR factor at optimizer step `step` (0-based), the Hugging Face schedules:
+
+    warmup (s < W):   s / W
+    constant:         1
+    linear:           max(0, (T - s) / (T - W))
+    cosine:           max(0, ½ (1 + cos(π p))),  p = (s - W) / (T - W)
+    """
+    warmup, total = cfg.warmup_steps, cfg.num_training_steps
+    if step < warmup:
+        return step / max(1, warmup)
+    if cfg.lr_scheduler_type == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    if cfg.lr_scheduler_type == "linear":
+        return max(0.0, 1.0 - progress)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def build_optimizer(params: Any, cfg: OptimConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_multiplier(step, cfg))
+
+
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float | None) -> Tensor:
+    """Total L2 norm of all gradients, clipped to `max_norm` when given.
+
+    With FSDP2 the gradients are DTensor shards: their norm is a partial (per-shard) DTensor, and
+    `full_tensor()` all-reduces the squared sums so every rank clips with the same global norm.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    total_norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    full_tensor = getattr(total_norm, "full_tensor", None)
+    if full_tensor is not None:
+        total_norm = full_tensor()
+    if max_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total_norm)
+    return total_norm
+
+
+def to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
+
+
+def check_loss_metrics(metrics: Mapping[str, float]) -> None:
+    clash = sorted(set(metrics) & set(RESERVED_METRICS))
+    if clash:
+        raise ValueError(
+            f"loss_fn returned metric(s) {clash} that the strategy itself reports "
+            f"({', '.join(RESERVED_METRICS)}); rename them (e.g. 'pg_loss')"
+        )
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG state (torch, CUDA, numpy, python), saveable with weights_only loading."""
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (np_kind, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_has_gauss, np_gauss),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = state["numpy"]
+    np.random.set_state((np_kind, np_keys.numpy().astype(np.uint32), np_pos, np_has_gauss, np_gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def accumulate_gradients(
+    model: nn.Module, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn, device: torch.device
+) -> tuple[Tensor, dict[str, float]]:
+    """Backward on every micro-batch; returns (Σ losses, metrics averaged over micro-batches).
+
+    The losses are already divided by the global normaliser, so their sum is the step's objective
+    and the accumulated gradients are its gradient — no rescaling by the micro-batch count.
+    """
+    if not micro_batches:
+        raise ValueError("train_step got no micro-batches")
+    loss_sum = torch.zeros((), device=device)
+    metric_sums: dict[str, float] = {}
+    for micro_batch in micro_batches:
+        loss, metrics = loss_fn(model, to_device(micro_batch, device))
+        check_loss_metrics(metrics)
+        loss.backward()
+        loss_sum += loss.detach().float()
+        for key, value in metrics.items():
+            metric_sums[key] = metric_sums.get(key, 0.0) + float(value)
+    return loss_sum, {k: v / len(micro_batches) for k, v in metric_sums.items()}
+
+
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, grad_norm: Tensor
+) -> dict[str, float]:
+    """Step the optimizer unless the gradient norm is inf/NaN (then skip that update, as verl does);
+    the schedule advances either way. Returns the LR this step used."""
+    lr = scheduler.get_last_lr()[0]
+    finite = bool(torch.isfinite(grad_norm).item())
+    if finite:
+        optimizer.step()
+    scheduler.step()
+    return {"grad_norm": float(grad_norm), "lr": float(lr), "update_skipped": float(not finite)}
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) for a no-grad pass, restoring the previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)

@@ -1,6 +1,5 @@
 """ASGI entry point: Django for HTTP, Channels for the websockets of live run pages."""
 
-import importlib.util
 import os
 
 from django.core.asgi import get_asgi_application
@@ -12,19 +11,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-
-def websocket_urlpatterns() -> list:
-    """The tracking app's websocket routes (policylab.tracking.routing.websocket_urlpatterns)."""
-    if importlib.util.find_spec("policylab.tracking.routing") is None:
-        return []
-    from policylab.tracking.routing import websocket_urlpatterns as patterns
-
-    return list(patterns)
-
+from policylab.tracking.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns()))),
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -27,7 +27,6 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS",
 
 INSTALLED_APPS = [
     "daphne",  # ASGI runserver (HTTP + websockets); must precede django.contrib.staticfiles
-    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -35,12 +34,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc assets, served locally
     "channels",
     "policylab.accounts",
     "policylab.experiments",
+    "policylab.jobs",
+    "policylab.tracking",
     "policylab.api",
-    # TEMPORARY while the jobs and tracking apps are written in parallel: listed once they exist.
-    *[f"policylab.{app}" for app in ("jobs", "tracking") if (Path(__file__).parent / app / "__init__.py").exists()],
 ]
 
 MIDDLEWARE = [
@@ -97,6 +97,11 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [REPO_ROOT / "frontend" / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "policylab.tracking.finders.PlotlyFinder",  # vendor/plotly.min.js from the plotly package (no CDN)
+]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 
 # --- services -------------------------------------------------------------------------------
@@ -104,6 +109,14 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
 POLICYLAB_RUNS_DIR = Path(os.environ.get("POLICYLAB_RUNS_DIR", VAR_DIR / "runs"))
 POLICYLAB_MAX_RETRIES = int(os.environ.get("POLICYLAB_MAX_RETRIES", "2"))
+# Jobs (policylab/jobs): supervisor poll period, its Redis lock's TTL (a dead supervisor's run is
+# taken over after this), the beat reconcile period, and how the Ray job starts the trainer.
+POLICYLAB_SUPERVISOR_POLL_S = float(os.environ.get("POLICYLAB_SUPERVISOR_POLL_S", "2"))
+POLICYLAB_SUPERVISOR_LOCK_TTL_S = float(os.environ.get("POLICYLAB_SUPERVISOR_LOCK_TTL_S", "30"))
+POLICYLAB_RECONCILE_INTERVAL_S = float(os.environ.get("POLICYLAB_RECONCILE_INTERVAL_S", "30"))
+POLICYLAB_TRAINER_PYTHON = os.environ.get("POLICYLAB_TRAINER_PYTHON", "python")
+POLICYLAB_TRAINER_PYTHONPATH = os.environ.get("POLICYLAB_TRAINER_PYTHONPATH", str(REPO_ROOT))
+POLICYLAB_TRAINER_ARGS = os.environ.get("POLICYLAB_TRAINER_ARGS", "")  # e.g. "--workers local"
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", REDIS_URL)
@@ -136,6 +149,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Experiments, runs, configs and API tokens of PolicyLab, an RL post-training platform.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
 }
 

@@ -1,0 +1,10 @@
+"""RL algorithms as small pure tensor functions (see docs/algorithms.md).
+
+advantages   advantage estimators (`adv_estimator`)
+kl           KL estimators (`kl_penalty`), KL in the reward / as a loss, KL controllers
+policy_loss  PPO (clip-higher, dual clip), GSPO, TOPR, SFT, entropy and value losses
+aggregation  `loss_agg_mode`, data-parallel correct with global token / sequence counts
+rewards      reward clipping, normalisation, shaping, difficulty masking, loss weights
+registry     name → function tables and lookups
+stats        masked and grouped statistics
+"""

@@ -109,7 +109,7 @@ def reinforce(
     mask = as_bool_mask(response_mask)
     if not batch_baseline:
         return Advantages(returns.clone(), returns)
-    first = mask.to(torch.int8).argmax(-1)
+    first = mask.long().argmax(-1)  # index of the first real token
     whole_return = returns.gather(-1, first.unsqueeze(-1)).squeeze(-1)
     has_tokens = mask.any(-1)
     baseline = fill_masked(whole_return, has_tokens).sum() / has_tokens.sum().clamp(min=1)
@@ -183,7 +183,9 @@ def rloo(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor) 
     scores, has_tokens = _sequence_scores(token_level_rewards, response_mask)
     _check_group_ids(group_ids, scores.shape[0])
     mean, _, size = group_mean_std(scores, group_ids, valid=has_tokens)
-    per_seq = torch.where(size > 1, size / (size - 1).clamp(min=1) * (scores - mean), torch.zeros_like(scores))
+    per_seq = torch.where(
+        size > 1, size / (size - 1).clamp(min=1) * (scores - mean), torch.zeros_like(scores)
+    )
     advantages = _broadcast(fill_masked(per_seq, has_tokens), response_mask)
     return Advantages(advantages, advantages)
 

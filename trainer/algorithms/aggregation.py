@@ -94,9 +94,7 @@ class LossAgg:
 
     def __post_init__(self) -> None:
         if self.mode not in LOSS_AGG_MODES:
-            raise ValueError(
-                f"loss_agg_mode {self.mode!r} is not known; valid: {', '.join(LOSS_AGG_MODES)}"
-            )
+            raise ValueError(f"loss_agg_mode {self.mode!r} is not known; valid: {', '.join(LOSS_AGG_MODES)}")
 
     def __call__(self, loss_mat: Tensor, mask: Tensor, weights: Tensor | None = None) -> Tensor:
         return agg_loss(

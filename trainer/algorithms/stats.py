@@ -64,7 +64,9 @@ def masked_whiten(values: Tensor, mask: Tensor, shift_mean: bool = True, eps: fl
     return fill_masked(whitened, bool_mask)
 
 
-def group_mean_std(values: Tensor, group_ids: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def group_mean_std(
+    values: Tensor, group_ids: Tensor, valid: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per-sample statistics of the sample's group: (mean, unbiased std, group size), each [batch].
 
     Groups are the distinct values of `group_ids` [batch] (need not be contiguous). Samples with

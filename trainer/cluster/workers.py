@@ -50,19 +50,14 @@ def _device() -> str:
 
 
 def _optim_config(cfg: Any, role: str, num_training_steps: int) -> Any:
-    from trainer.train import OptimConfig
+    from trainer.train.base import OptimConfig
 
-    args = _role_cfg(cfg, role).training_args
-    return OptimConfig(
-        lr=args.learning_rate,
-        weight_decay=args.weight_decay,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-        warmup_steps=args.warmup_steps,
-        lr_scheduler_type=args.lr_scheduler_type,
-        num_training_steps=num_training_steps,
-        max_grad_norm=args.max_grad_norm,
-    )
+    return OptimConfig.from_training_args(_role_cfg(cfg, role).training_args, num_training_steps)
+
+
+def strategy_name(section: Any, default: str) -> str:
+    """The role's strategy_args.strategy_name, or the schema's documented default when unset."""
+    return section.strategy_args.strategy_name if section.strategy_args is not None else default
 
 
 class _RoleBase:
@@ -102,23 +97,25 @@ class _TrainedRole(_RoleBase):
         order = torch.randperm(rows, generator=gen)
         return [{k: v[order[i : i + per_rank]] for k, v in batch.items()} for i in range(0, rows, per_rank)]
 
-    def _global_normalisers(self, mini: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Token and sequence counts of this mini-batch summed over the data-parallel ranks."""
-        counts = torch.stack([mini["response_mask"].sum(), torch.tensor(float(mini["response_mask"].size(0)))])
+    def _global_counts(self, mini: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Real tokens and non-empty sequences of this mini-batch, summed over the data-parallel ranks."""
+        mask = mini["response_mask"] > 0
+        counts = torch.stack([mask.sum(), mask.any(-1).sum()]).float()
         if self.world_size > 1 and dist.is_initialized():
             dist.all_reduce(counts)
-        return {"global_tokens": counts[0], "global_seqs": counts[1]}
+        return counts[0], counts[1]
 
     def _update(self, batch: dict[str, Tensor], step: int, loss_fn: Any) -> dict[str, float]:
         args = _role_cfg(self.cfg, self.role).training_args
         totals: dict[str, list[float]] = {}
         for epoch in range(self.cfg.ppo_epochs):
             for mini in self._mini_batches(batch, step, epoch):
-                norm = self._global_normalisers(mini)
                 micro = split_rows(mini, args.per_device_train_batch_size)
-                for m in micro:
-                    m.update({k: v.expand(m["response_mask"].size(0)) for k, v in norm.items()})
-                for key, value in self.strategy.train_step(micro, loss_fn).items():
+                losses.attach_normalisers(micro, *self._global_counts(mini), self.world_size)
+                result = self.strategy.train_step(micro, loss_fn)
+                # "loss" is this rank's share of the global loss: x world_size so the rank mean is the total
+                result["loss"] = result["loss"] * self.world_size
+                for key, value in result.items():
                     totals.setdefault(key, []).append(float(value))
         return {f"{self.role_prefix}/{k}": sum(v) / len(v) for k, v in totals.items()}
 
@@ -148,7 +145,7 @@ class ActorTrainWorker(_TrainedRole):
         model = load_model(_model_path(cfg, role), dtype=section.model_args.dtype)
         self.temperature = cfg.actor_infer.generating_args.temperature or 1.0
         self.strategy = build_strategy(
-            section.strategy_args.strategy_name,
+            strategy_name(section, "torch_train"),
             model,
             _optim_config(cfg, role, cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)),
             rank=rank,
@@ -198,7 +195,7 @@ class CriticWorker(_TrainedRole):
         section = _role_cfg(cfg, role)
         model = ValueModel(load_model(_model_path(cfg, role), dtype=section.model_args.dtype))
         self.strategy = build_strategy(
-            section.strategy_args.strategy_name,
+            strategy_name(section, "torch_train"),
             model,
             _optim_config(cfg, role, cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)),
             rank=rank,
@@ -273,7 +270,7 @@ class ActorInferWorker(_RoleBase):
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
         section = _role_cfg(cfg, role)
-        name = section.strategy_args.strategy_name
+        name = strategy_name(section, "hf_infer")
         if name != "hf_infer":
             raise ValueError(
                 f"{role}.strategy_args.strategy_name: {name!r} is not available in this build; valid: hf_infer"

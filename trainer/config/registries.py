@@ -16,7 +16,6 @@ SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 # ROLL reward worker classes we accept, mapped to our reward_type.
 ROLL_REWARD_WORKERS: dict[str, str] = {
     "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker": "math_rule",
-    "roll.pipeline.rlvr.rewards.reward_model_worker.RewardModelWorker": "reward_model",
 }
 
 # ROLL reward worker classes that ROLL documents but we do not implement yet (clear error).
@@ -30,13 +29,10 @@ ROLL_UNSUPPORTED_REWARD_WORKERS: dict[str, str] = {
     "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": (
         "CrossThinkQA rule reward"
     ),
-    "roll.pipeline.rlvr.rewards.multiple_choice_boxed_rule_reward_worker.MultipleChoiceBoxedRuleRewardWorker": (
-        "multiple-choice rule reward"
-    ),
-    "roll.pipeline.rlvr.rewards.detection_reward_worker.DetectionRewardWorker": "detection reward",
 }
 
-# Strategy names by kind (the contract's list plus the single-process torch_train).
+# Strategy names by kind (the contract's list plus the single-process torch_train); the full list is
+# the keys of trainer.config.schema.STRATEGY_CONFIG_MODELS.
 TRAIN_STRATEGIES: tuple[str, ...] = ("megatron_train", "deepspeed_train", "fsdp2_train", "torch_train")
 INFER_STRATEGIES: tuple[str, ...] = ("vllm", "sglang", "hf_infer")
 FORWARD_STRATEGIES: tuple[str, ...] = (
@@ -45,18 +41,6 @@ FORWARD_STRATEGIES: tuple[str, ...] = (
     "fsdp2_infer",
     "hf_infer",
     "torch_train",
-)
-STRATEGY_NAMES: tuple[str, ...] = (
-    "megatron_train",
-    "megatron_infer",
-    "deepspeed_train",
-    "deepspeed_infer",
-    "fsdp2_train",
-    "fsdp2_infer",
-    "torch_train",
-    "hf_infer",
-    "vllm",
-    "sglang",
 )
 
 # Which strategy names each role may use.

@@ -235,7 +235,8 @@ class GeneratingArgs(Section):
     num_beams: int = fld(1, category="Generation", ge=1, description="Beam search width; 1 samples without beams.")
     num_return_sequences: int = fld(
         1, category="Generation", ge=1,
-        description="Responses per prompt from one request (for validation: samples per prompt at eval time).",
+        description="Responses per prompt of one request; training rollouts use num_return_sequences_in_group "
+        "and evaluation uses val_n_sample instead.",
     )
     repetition_penalty: float = fld(1.0, category="Generation", gt=0, description="Penalty on repeated tokens (1 = none).")
     length_penalty: float = fld(1.0, category="Generation", description="Length exponent used by beam search.")
@@ -392,6 +393,10 @@ class Fsdp2Config(Section):
         description="Ranks that shard one model copy (hybrid sharding); -1 shards across the whole role.",
     )
     offload_pin_memory: bool = fld(False, category="Strategy", description="Pin CPU memory used for offload.")
+    ulysses_sequence_parallel_size: int = fld(
+        1, category="Strategy", ge=1,
+        description="Ranks that split each sequence (Ulysses attention); data-parallel size is world / this.",
+    )
 
 
 class TorchTrainConfig(Section):
@@ -446,6 +451,10 @@ class SglangConfig(Section):
     max_running_requests: int | None = fld(None, category="Strategy", ge=1, description="Most concurrent requests.")
 
 
+def _none_as_empty(cls: type, value: Any) -> Any:
+    return {} if value is None else value  # ROLL writes `strategy_config: ~` for "no settings"
+
+
 def _strategy(name: str, config_cls: type[Section], description: str) -> type[Section]:
     """One member of the strategy_args union: strategy_name selects the strategy_config model."""
     return type(
@@ -460,6 +469,7 @@ def _strategy(name: str, config_cls: type[Section], description: str) -> type[Se
             "strategy_config": fld_factory(
                 config_cls, category="Strategy", description=f"Settings of the {name} strategy."
             ),
+            "_empty_config": field_validator("strategy_config", mode="before")(_none_as_empty),
             "__module__": __name__,
         },
     )
@@ -575,6 +585,15 @@ class RewardWorkerConfig(WorkerConfig):
     query_filter_config: QueryFilterConfig | None = fld(
         None, category="Reward processing", description="Filtering of prompt groups by their rewards."
     )
+    response_filter_config: QueryFilterConfig | None = fld(
+        None, category="Reward processing", description="Filtering of single responses by their rewards."
+    )
+    format_pattern: str | None = fld(
+        None, category="Reward processing", description="Regular expression a well-formatted response matches."
+    )
+    response_length_penalty_coef: float = fld(
+        0.0, category="Reward processing", ge=0, description="Reward subtracted per response token (length penalty)."
+    )
     reward_kwargs: dict[str, Any] = fld_factory(
         dict, category="Reward processing", description="Arguments passed to the reward function."
     )
@@ -656,6 +675,15 @@ class PipelineConfig(Section):
         None, category="Agentic", description="Folder for rendered environment frames (agentic pipelines)."
     )
     profiler_output_dir: str | None = fld(None, category="Logging", description="Folder for profiler traces.")
+    profiler_timeline: bool = fld(False, category="Logging", description="Record a PyTorch profiler timeline.")
+    profiler_memory: bool = fld(False, category="Logging", description="Record CUDA memory snapshots.")
+    alive_check_interval: int = fld(10, category="Cluster", ge=1, description="Seconds between worker liveness checks.")
+    model_download_type: str | None = fld(
+        None, category="Model", description="Hub a missing model would come from (ROLL compatibility; we never download)."
+    )
+    global_template: str | None = fld(
+        None, category="Data", description="Chat template for every role that does not set data_args.template."
+    )
     system_envs: dict[str, str] = fld_factory(
         dict, category="Cluster", description="Environment variables set in every worker process."
     )
@@ -667,7 +695,11 @@ class PipelineConfig(Section):
     )
 
     # Cluster
-    num_nodes: int = fld(1, category="Cluster", ge=1, description="Machines in the cluster.")
+    num_nodes: int | None = fld(
+        None, category="Cluster", ge=1,
+        description="Machines in the cluster; unset derives it from the highest device id and num_gpus_per_node "
+        "(as ROLL does). When set, every device_mapping must fit in num_nodes x num_gpus_per_node.",
+    )
     num_gpus_per_node: int = fld(8, category="Cluster", ge=1, description="Devices on each machine.")
     local_rank: int = fld(-1, category="Cluster", description="Set by the launcher for distributed runs; -1 otherwise.")
     colocate_all: bool = fld(
@@ -681,6 +713,10 @@ class PipelineConfig(Section):
     logging_steps: int = fld(1, category="Logging", ge=1, description="Emit metrics every this many steps.")
     eval_steps: int = fld(10, category="Experiment", description="Evaluate every this many steps (<= 0 disables).")
     val_before_train: bool = fld(False, category="Experiment", description="Evaluate once before the first step.")
+    val_n_sample: int = fld(
+        1, category="Generation", ge=1, description="Responses sampled per evaluation prompt (pass@k style metrics)."
+    )
+    val_greedy: bool = fld(False, category="Generation", description="Decode evaluation prompts greedily.")
     resume_from_checkpoint: bool | str = fld(
         False, category="Checkpointing",
         description="false starts fresh, true resumes from the latest checkpoint in output_dir, a path resumes from it.",
@@ -733,7 +769,11 @@ class PipelineConfig(Section):
     # Algorithm
     adv_estimator: Literal[
         "gae", "reinforce", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "remax"
-    ] = fld("grpo", category="Algorithm", description="How advantages are computed (gae needs a critic).")
+    ] = fld(
+        "gae", category="Algorithm",
+        description="How advantages are computed: gae needs a critic; grpo, rloo and reinforce_plus_plus_baseline "
+        "compare the responses of one prompt.",
+    )
     ppo_epochs: int = fld(1, category="Algorithm", ge=1, description="Passes of optimizer updates over each rollout batch.")
     gamma: float = fld(1.0, category="Algorithm", ge=0, le=1, description="Discount factor of future rewards.")
     lambd: float = fld(
@@ -774,7 +814,7 @@ class PipelineConfig(Section):
     value_clip: float | None = fld(None, category="Loss", gt=0, description="Clip value predictions around old values.")
     loss_agg_mode: Literal[
         "token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-    ] = fld("seq-mean-token-mean", category="Loss", description="How per-token losses are reduced to one number.")
+    ] = fld("token-mean", category="Loss", description="How per-token losses are reduced to one number.")
     entropy_loss_coef: float = fld(0.0, category="Loss", description="Weight of the entropy bonus (encourages exploration).")
     sft_loss_coef: float = fld(0.0, category="Loss", ge=0, description="Weight of a supervised loss on positive samples.")
     rl_loss_coef: float = fld(1.0, category="Loss", ge=0, description="Weight of the policy-gradient loss.")
@@ -782,6 +822,29 @@ class PipelineConfig(Section):
     max_grad_norm: float = fld(1.0, category="Optimizer", gt=0, description="Pipeline-level gradient norm clip.")
     l2: float = fld(0.0, category="Loss", ge=0, description="L2 penalty on weights added to the loss.")
     difficulty_loss_weight: bool = fld(False, category="Loss", description="Weight samples by prompt difficulty.")
+    max_len_mask: bool = fld(
+        False, category="Loss", description="Leave responses cut off at response_length out of the loss."
+    )
+    mask_type: Literal["all", "loss"] = fld(
+        "loss", category="Loss", description="What the masks drop: the samples entirely, or only their loss."
+    )
+    difficulty_mask: bool = fld(
+        False, category="Loss", description="Leave prompts that are too easy or too hard (by group accuracy) out."
+    )
+    difficulty_low_threshold: float = fld(
+        0.0, category="Loss", ge=0, le=1, description="Group accuracy at or below which a prompt counts as too hard."
+    )
+    difficulty_high_threshold: float = fld(
+        1.0, category="Loss", ge=0, le=1, description="Group accuracy at or above which a prompt counts as too easy."
+    )
+    balance_length: bool = fld(False, category="Loss", description="Balance response lengths across data-parallel ranks.")
+    minibatch_data_iter_num: int = fld(1, category="Loss", ge=1, description="Passes over each mini-batch.")
+    error_max_len_clip: bool = fld(
+        False, category="Reward processing", description="Zero the reward of wrong answers longer than the threshold."
+    )
+    error_max_len_threshold: int = fld(
+        9999999999, category="Reward processing", ge=1, description="Length above which error_max_len_clip applies."
+    )
     length_loss_weight: bool = fld(False, category="Loss", description="Weight samples by response length.")
 
     # Reward processing
@@ -843,7 +906,13 @@ class PipelineConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _apply_reward_norm(self) -> PipelineConfig:
+    def _apply_roll_shorthands(self) -> PipelineConfig:
+        # ROLL: roles without a model path use pretrain (critic and reward models: reward_pretrain).
+        for worker in (self.actor_train, self.actor_infer, self.reference):
+            if worker is not None and worker.model_args.model_name_or_path is None:
+                worker.model_args.model_name_or_path = self.pretrain
+        if self.critic is not None and self.critic.model_args.model_name_or_path is None:
+            self.critic.model_args.model_name_or_path = self.reward_pretrain
         # reward_norm is ROLL's older spelling of both norm types.
         if self.reward_norm is not None:
             if self.norm_mean_type is None:
@@ -852,5 +921,3 @@ class PipelineConfig(Section):
                 self.norm_std_type = self.reward_norm
         return self
 
-
-WORKER_ROLES: tuple[str, ...] = ("actor_train", "actor_infer", "reference", "critic", "validation")

@@ -57,7 +57,7 @@ def normalize_answer(answer: str) -> str:
     s = re.sub(r"\\(left|right|!|,|;|\s)", "", s)
     s = s.replace("\\%", "%").replace(" ", "")
     s = s.rstrip(".")
-    if re.fullmatch(r"-?[\d,]+(\.\d+)?%?", s):
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?%?", s):  # thousands separators only, not "1,2"
         s = s.replace(",", "")
     return s
 

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from transformers.cache_utils import DynamicCache
 
+from trainer.data.collate import left_pad
 from trainer.rollout.base import Generation, SamplingParams
 
 
@@ -38,18 +39,6 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float, min_p: float) -> Ten
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
-
-
-def left_pad(prompts: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
-    """Left-pad token lists into (input_ids, attention_mask) of shape [batch, max_len]."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
-    return ids, mask
 
 
 class HFInferEngine:
@@ -123,7 +112,8 @@ class HFInferEngine:
         params: SamplingParams,
         generator: torch.Generator,
     ) -> list[Generation]:
-        input_ids, attention_mask = left_pad(prompts, self.pad_token_id)
+        padded = left_pad(prompts, self.pad_token_id)
+        input_ids, attention_mask = padded["input_ids"], padded["attention_mask"]
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         batch = input_ids.size(0)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ class OptimConfig:
     lr_scheduler_type: str = "constant"
     num_training_steps: int = 1
     max_grad_norm: float | None = 1.0
+    min_lr_ratio: float = 0.0  # linear/cosine decay towards lr × this instead of 0
 
     def __post_init__(self) -> None:
         if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
@@ -57,12 +59,15 @@ class OptimConfig:
             raise ValueError(
                 f"OptimConfig.max_grad_norm must be > 0 or None (no clipping), got {self.max_grad_norm}"
             )
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"OptimConfig.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         self.betas = (float(self.betas[0]), float(self.betas[1]))
 
     @classmethod
     def from_training_args(cls, training_args: Any, num_training_steps: int) -> OptimConfig:
         """Read the HF-TrainingArguments names ROLL uses (`learning_rate`, `adam_beta1`, …) from a
-        mapping or an object; missing names keep this class's defaults."""
+        mapping or an object; missing names keep this class's defaults. `warmup_ratio` applies
+        when `warmup_steps` is 0."""
 
         def get(name: str, default: Any) -> Any:
             if isinstance(training_args, Mapping):
@@ -72,15 +77,17 @@ class OptimConfig:
             return default if value is None else value
 
         defaults = cls()
+        warmup_steps = int(get("warmup_steps", 0)) or round(float(get("warmup_ratio", 0.0)) * num_training_steps)
         return cls(
             lr=float(get("learning_rate", defaults.lr)),
             weight_decay=float(get("weight_decay", defaults.weight_decay)),
             betas=(float(get("adam_beta1", 0.9)), float(get("adam_beta2", 0.999))),
             eps=float(get("adam_epsilon", defaults.eps)),
-            warmup_steps=int(get("warmup_steps", 0)),
+            warmup_steps=warmup_steps,
             lr_scheduler_type=str(get("lr_scheduler_type", "constant")),
             num_training_steps=num_training_steps,
             max_grad_norm=get("max_grad_norm", defaults.max_grad_norm),
+            min_lr_ratio=float(get("min_lr_ratio", 0.0)),
         )
 
 
@@ -103,8 +110,9 @@ def lr_multiplier(step: int, cfg: OptimConfig) -> float:
 
     warmup (s < W):   s / W
     constant:         1
-    linear:           max(0, (T - s) / (T - W))
-    cosine:           max(0, ½ (1 + cos(π p))),  p = (s - W) / (T - W)
+    linear:           m + (1 - m) · max(0, 1 - p)
+    cosine:           m + (1 - m) · max(0, ½ (1 + cos(π p)))
+    with p = (s - W) / (T - W) and m = min_lr_ratio (0 by default).
     """
     warmup, total = cfg.warmup_steps, cfg.num_training_steps
     if step < warmup:
@@ -113,8 +121,10 @@ def lr_multiplier(step: int, cfg: OptimConfig) -> float:
         return 1.0
     progress = (step - warmup) / max(1, total - warmup)
     if cfg.lr_scheduler_type == "linear":
-        return max(0.0, 1.0 - progress)
-    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+        decay = max(0.0, 1.0 - progress)
+    else:
+        decay = max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * decay
 
 
 def build_optimizer(params: Any, cfg: OptimConfig) -> torch.optim.AdamW:
@@ -210,7 +220,9 @@ def optimizer_step(
     finite = bool(torch.isfinite(grad_norm).item())
     if finite:
         optimizer.step()
-    scheduler.step()
+    with warnings.catch_warnings():  # after a skipped update torch warns "scheduler before optimizer"
+        warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
     return {"grad_norm": float(grad_norm), "lr": float(lr), "update_skipped": float(not finite)}
 
 

@@ -32,7 +32,7 @@ def teams_of(user: Any) -> QuerySet[Team]:
 def scope_to_user(queryset: QuerySet, user: Any, team_path: str = "team") -> QuerySet:
     """Restrict `queryset` to rows whose `team_path` (e.g. "experiment__project__team") is one of the
     user's teams."""
-    return queryset.filter(**{f"{team_path}__in": teams_of(user)}).distinct()
+    return queryset.filter(**{f"{team_path}__in": teams_of(user)})
 
 
 def role_in(user: Any, team: Team) -> str | None:

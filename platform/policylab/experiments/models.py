@@ -97,6 +97,9 @@ class Run(models.Model):
     parent_run = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
     )
+    parent_checkpoint = models.ForeignKey(
+        "tracking.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
+    )
     resume_from = models.CharField(
         max_length=1000, blank=True, default="", help_text='"" (fresh), "latest", or a checkpoint path'
     )

@@ -131,7 +131,7 @@ def launch_run(experiment: Experiment, user, overrides: Sequence[str] | Mapping[
     if dotlist:
         check_config(experiment.config, dotlist)
     run = Run.objects.create(experiment=experiment, created_by=user, overrides=dotlist)
-    transaction.on_commit(lambda: jobs_services().launch_run(run))
+    jobs_services().launch_run(run)  # enqueues supervision once the transaction commits
     return run
 
 
@@ -139,9 +139,7 @@ def cancel_run(run: Run, user) -> Run:
     require_write(user, run.experiment.project.team)
     if run.is_terminal:
         raise RunStateError(f"run {run.pk} is already {run.status}")
-    run.cancel_requested = True
-    run.save(update_fields=["cancel_requested"])
-    transaction.on_commit(lambda: jobs_services().cancel_run(run))
+    jobs_services().cancel_run(run)  # flags cancel_requested; stops the Ray job after commit
     return run
 
 
@@ -198,7 +196,7 @@ def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
                 resume_from=target.path,
                 message=f"resumed from run {run.pk} step {target.step}",
             )
-        transaction.on_commit(lambda: jobs_services().launch_run(resumed))
+        jobs_services().launch_run(resumed)
     return resumed
 
 
@@ -233,6 +231,6 @@ def fork_run(
             resume_from=target.path,
             message=f"forked from run {run.pk} step {target.step}",
         )
-        transaction.on_commit(lambda: jobs_services().launch_run(child))
+        jobs_services().launch_run(child)
     return child
 

@@ -25,7 +25,7 @@ def downsample_indices(xs: Sequence[float], ys: Sequence[float | None], max_poin
     if n <= max_points:
         return list(range(n))
     x = np.asarray(xs, dtype=np.float64)
-    y = np.asarray([np.nan if v is None else v for v in ys], dtype=np.float64)
+    y = np.asarray(ys, dtype=np.float64)  # None becomes NaN
     n_buckets = max_points // 4
     span = x[-1] - x[0]
     if span <= 0:

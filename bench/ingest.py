@@ -1,0 +1,255 @@
+"""Ingest benchmark: trainer emitter -> Redis Stream -> `manage.py ingest_events` -> database ->
+Channels group -> websocket client, against the same metric volume logged to a local MLflow
+tracking server with `MlflowClient.log_batch`.
+
+    python bench/ingest.py                       # SQLite (the embedded default)
+    python bench/ingest.py --database-url postgres://postgres@127.0.0.1:5432/policylab_bench
+
+MLflow lives in its own virtualenv so that its pins never touch the platform's:
+    python -m venv var/mlflow-venv && var/mlflow-venv/bin/pip install -r bench/requirements.txt
+
+Phases (each on fresh services started here: redis-server, daphne, ingest_events, mlflow server):
+1. throughput: emit --points metric points (--keys per `metrics` event) as fast as the emitter can;
+   rate = points / (last websocket receipt - first emit).
+2. latency: emit at --paced-rate points/s for --paced-seconds; per event, websocket receipt time
+   minus the event's `time` (stamped at emit): p50 and p99.
+3. MLflow: the same number of points via log_batch (1000 metrics per call, MLflow's limit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
+
+from scripts.services import free_port, service_env, start_redis  # noqa: E402
+
+MLFLOW_CLIENT = r"""
+import json, sys, time
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+uri, points, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+client = MlflowClient(tracking_uri=uri)
+experiment = client.create_experiment(f"bench-{time.time()}")
+run = client.create_run(experiment)
+now = int(time.time() * 1000)
+metrics = [Metric(f"group{k % 8}/metric_{k}", float(step * k % 97), now + step, step)
+           for step in range(points // keys) for k in range(keys)]
+start = time.perf_counter()
+for i in range(0, len(metrics), 1000):
+    client.log_batch(run.info.run_id, metrics=metrics[i:i + 1000])
+elapsed = time.perf_counter() - start
+stored = sum(len(client.get_metric_history(run.info.run_id, f"group{k % 8}/metric_{k}")) for k in range(keys))
+print(json.dumps({"points": len(metrics), "seconds": elapsed, "stored": stored}))
+"""
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def wait_port(port: int, process: subprocess.Popen, what: str, timeout: float = 90) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{what} did not start (exit {process.poll()})") from None
+            time.sleep(0.2)
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO_ROOT) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def setup_django(database_url: str, redis_url: str, work: Path):
+    """Configure Django on a fresh database; returns (run, session cookie)."""
+    os.environ.update(
+        {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "POLICYLAB_VAR_DIR": str(work),
+         "POLICYLAB_RUNS_DIR": str(work / "runs"), "DJANGO_SETTINGS_MODULE": "policylab.settings",
+         "POLICYLAB_LOG_LEVEL": "WARNING"}
+    )
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.test import Client
+
+    from policylab.accounts.models import Membership, Team
+    from policylab.experiments.models import Experiment, Project, Run
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:6]}", password=uuid.uuid4().hex)
+    team = Team.objects.create(name="Bench", slug=f"bench-{uuid.uuid4().hex[:6]}")
+    Membership.objects.create(user=user, team=team, role="member")
+    project = Project.objects.create(team=team, name="bench")
+    experiment = Experiment.objects.create(project=project, name="bench", config={}, config_yaml="", config_hash="0")
+    run = Run.objects.create(experiment=experiment, status="running")
+    client = Client()
+    client.force_login(user)
+    return run, f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+def emit(emitter, steps: int, keys: int, first_step: int, rate: float | None) -> None:
+    """`steps` metrics events of `keys` values each; paced to `rate` points/s when given."""
+    start = time.perf_counter()
+    for i in range(steps):
+        step = first_step + i
+        emitter.metrics({f"group{k % 8}/metric_{k}": float(step * k % 97) for k in range(keys)}, step)
+        if rate:
+            ahead = start + (i + 1) * keys / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeout: float) -> list[tuple[float, float, int]]:
+    """Connect, then start `produce` and collect (receipt time, emit time, points) per metrics event."""
+    import aiohttp
+
+    got: list[tuple[float, float, int]] = []
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+        ws_url, headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}, max_msg_size=0
+    ) as ws:
+        first = json.loads((await ws.receive()).data)
+        assert first["type"] in ("snapshot", "replay"), first
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        deadline = time.monotonic() + timeout
+        while len(got) < expected_events and time.monotonic() < deadline:
+            try:
+                message = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+            if message.type != aiohttp.WSMsgType.TEXT:
+                break
+            now = time.time()
+            for event in json.loads(message.data).get("events", []):
+                if event["type"] == "metrics":
+                    got.append((now, event["time"], len(event["data"]["values"])))
+        producer.join(timeout=5)
+    return got
+
+
+def run_mlflow(python: Path, points: int, keys: int, work: Path) -> dict | None:
+    mlflow = python.parent / "mlflow"
+    if not mlflow.exists():
+        print(f"MLflow: {mlflow} not found; create it with: python -m venv var/mlflow-venv && "
+              "var/mlflow-venv/bin/pip install -r bench/requirements.txt")
+        return None
+    port = free_port()
+    server = spawn([str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                    "--backend-store-uri", f"sqlite:///{work / 'mlflow.db'}",
+                    "--default-artifact-root", str(work / "mlartifacts")],
+                   {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}"}, work / "mlflow.log")
+    try:
+        wait_port(port, server, "mlflow server", timeout=180)
+        time.sleep(1.0)
+        out = subprocess.run([str(python), "-c", MLFLOW_CLIENT, f"http://127.0.0.1:{port}", str(points), str(keys)],
+                             capture_output=True, text=True, timeout=900, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--points", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=100, help="metric keys per event (step)")
+    parser.add_argument("--paced-rate", type=float, default=20_000, help="points/s of the latency phase")
+    parser.add_argument("--paced-seconds", type=float, default=10.0)
+    parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
+    parser.add_argument("--mlflow-python", type=Path, default=REPO_ROOT / "var" / "mlflow-venv" / "bin" / "python")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="policylab-bench-"))
+    redis = start_redis(work, free_port())
+    processes: list[subprocess.Popen] = []
+    try:
+        database_url = args.database_url or f"sqlite:///{work / 'bench.sqlite3'}"
+        run, cookie = setup_django(database_url, redis.address, work)
+        env = service_env({k: os.environ[k] for k in ("DATABASE_URL", "REDIS_URL", "POLICYLAB_VAR_DIR", "POLICYLAB_RUNS_DIR", "POLICYLAB_LOG_LEVEL")})
+        port = free_port()
+        processes.append(spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "policylab.asgi:application"],
+                               env, work / "daphne.log", cwd=REPO_ROOT / "platform"))
+        processes.append(spawn([sys.executable, str(REPO_ROOT / "manage.py"), "ingest_events"], env, work / "ingest.log"))
+        wait_port(port, processes[0], "daphne")
+        ws_url = f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/"
+
+        from trainer.telemetry import EventEmitter, JsonlSink
+        from trainer.telemetry.redis_stream import RedisStreamSink
+
+        emitter = EventEmitter(run.trainer_run_id, 1, [JsonlSink(run.run_dir / "events.jsonl", flush_every=64),
+                                                      RedisStreamSink(redis.address, run.trainer_run_id)])
+        time.sleep(2.5)  # the ingest process discovers streams by SCAN every 2 s: start from a steady state
+
+        # 1. throughput
+        steps = args.points // args.keys
+        t0 = time.time()
+        got = asyncio.run(receive(ws_url, cookie, steps, lambda: emit(emitter, steps, args.keys, 1, None), timeout=300))
+        points = sum(n for *_, n in got)
+        elapsed = max(r for r, _, _ in got) - t0
+        rate = points / elapsed
+        from policylab.tracking.models import MetricPoint
+
+        stored = MetricPoint.objects.filter(run=run).count()
+
+        # 2. latency at a paced rate
+        paced_steps = int(args.paced_rate * args.paced_seconds / args.keys)
+        paced = asyncio.run(receive(ws_url, cookie, paced_steps,
+                                    lambda: emit(emitter, paced_steps, args.keys, steps + 1, args.paced_rate),
+                                    timeout=args.paced_seconds + 60))
+        latencies = [(r - e) * 1000 for r, e, _ in paced]
+        emitter.close()
+
+        print(f"PolicyLab ingest ({'SQLite' if database_url.startswith('sqlite') else 'PostgreSQL'}), "
+              f"{args.keys} keys per event:")
+        print(f"  throughput: {points} points received over the websocket in {elapsed:.2f} s = {rate:,.0f} points/s "
+              f"(stored rows: {stored})")
+        print(f"  latency at {args.paced_rate:,.0f} points/s, emit -> websocket receipt, {len(latencies)} events: "
+              f"p50 {statistics.median(latencies):.0f} ms, p99 {percentile(latencies, 0.99):.0f} ms")
+
+        # 3. MLflow
+        mlflow = run_mlflow(args.mlflow_python, args.points, args.keys, work)
+        if mlflow:
+            mlflow_rate = mlflow["points"] / mlflow["seconds"]
+            print(f"MLflow log_batch (local tracking server, SQLite backend): {mlflow['points']} points in "
+                  f"{mlflow['seconds']:.2f} s = {mlflow_rate:,.0f} points/s (stored: {mlflow['stored']})")
+            print(f"ratio PolicyLab / MLflow throughput: {rate / mlflow_rate:.1f}x")
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        redis.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""Request and response shapes of the REST API. Config fields are free-form here on purpose: the
+config is validated by trainer.config (the single source of truth), not by a second field list."""
+
+from __future__ import annotations
+
+from django.urls import NoReverseMatch, reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from policylab.accounts.models import ApiToken, Team
+from policylab.experiments.models import Experiment, Project, Run, RunAttempt
+
+
+@extend_schema_field({"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "string"}]})
+class ConfigSourceField(serializers.Field):
+    """A config as a JSON object, or as YAML text (native, verl, SkyRL, RLinf or ROLL)."""
+
+    default_error_messages = {"invalid": "expected a JSON object or YAML text"}
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict | str):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "array", "items": {"type": "string"}, "description": 'dotlist, ["key=value", …]'},
+            {"type": "object", "additionalProperties": True, "description": '{"dotted.key": value} or nested'},
+        ]
+    }
+)
+class OverridesField(serializers.Field):
+    default_error_messages = {"invalid": 'expected a list of "key=value" strings or an object'}
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) or (isinstance(data, list) and all(isinstance(i, str) for i in data)):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string", "enum": ["latest"]}]})
+class CheckpointRefField(serializers.Field):
+    default_error_messages = {"invalid": 'expected a checkpoint id or "latest"'}
+
+    def to_internal_value(self, data):
+        if data == "latest" or (isinstance(data, int) and not isinstance(data, bool)):
+            return data
+        if isinstance(data, str) and data.isdigit():
+            return int(data)
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
+class IssueSerializer(serializers.Serializer):
+    field = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    errors = IssueSerializer(many=True)
+    warnings = IssueSerializer(many=True)
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug"]
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
+
+    class Meta:
+        model = Project
+        fields = ["id", "team", "name", "description", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from policylab.accounts.scoping import teams_of
+
+        request = self.context.get("request")
+        self.fields["team"].queryset = teams_of(request.user if request else None)
+
+
+class RunAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunAttempt
+        fields = ["number", "status", "ray_job_id", "started_at", "finished_at", "heartbeat_at", "message"]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    experiment = serializers.PrimaryKeyRelatedField(read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    attempts = RunAttemptSerializer(many=True, read_only=True)
+    dashboard_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id", "experiment", "status", "created_by", "created_at", "started_at", "finished_at",
+            "current_step", "total_steps", "eta_seconds", "message", "parent_run", "parent_checkpoint",
+            "resume_from", "overrides", "max_retries", "cancel_requested", "attempts", "dashboard_url",
+        ]
+        read_only_fields = fields
+
+    def get_dashboard_url(self, run: Run) -> str:
+        try:
+            return reverse("tracking:run_detail", args=[run.pk])
+        except NoReverseMatch:
+            return reverse("experiments:run_status", args=[run.pk])
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    project = serializers.PrimaryKeyRelatedField(read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    config = serializers.DictField(read_only=True)
+
+    class Meta:
+        model = Experiment
+        fields = [
+            "id", "project", "name", "description", "tags", "config", "config_yaml", "config_hash",
+            "source_format", "created_by", "created_at",
+        ]
+        read_only_fields = fields
+
+
+class ExperimentCreateSerializer(serializers.Serializer):
+    project = serializers.IntegerField(help_text="Id of a project of one of your teams (GET /api/projects/)")
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    tags = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list)
+    config = ConfigSourceField(help_text="The config: a JSON object or YAML text in any supported format")
+    source_format = serializers.ChoiceField(
+        choices=["auto", "roll", "verl", "skyrl", "rlinf"], required=False, default="auto"
+    )
+    overrides = OverridesField(required=False, default=list)
+
+
+class ConfigValidateSerializer(serializers.Serializer):
+    config = ConfigSourceField()
+    source_format = serializers.ChoiceField(
+        choices=["auto", "roll", "verl", "skyrl", "rlinf"], required=False, default="auto"
+    )
+    overrides = OverridesField(required=False, default=list)
+
+
+class ConfigValidationSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    errors = IssueSerializer(many=True)
+    warnings = IssueSerializer(many=True)
+    derived = serializers.DictField()
+    source_format = serializers.CharField()
+    config = serializers.DictField(allow_null=True)
+    yaml = serializers.CharField(allow_blank=True)
+
+
+class LaunchSerializer(serializers.Serializer):
+    overrides = OverridesField(required=False, default=list)
+
+
+class ResumeSerializer(serializers.Serializer):
+    checkpoint = CheckpointRefField(required=False, default="latest")
+
+
+class ForkSerializer(serializers.Serializer):
+    checkpoint = CheckpointRefField(required=False, default="latest")
+    overrides = OverridesField(required=False, default=dict)
+    name = serializers.CharField(required=False, max_length=200)
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    team = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "team", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    team = serializers.IntegerField(
+        required=False, help_text="Team the token acts in; defaults to your only team (or the current token's)"
+    )
+
+
+class IssuedTokenSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="The secret, shown only in this response")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+ConfigSchemaResponse = OpenApiTypes.OBJECT

@@ -1,0 +1,257 @@
+"""REST endpoints: thin wrappers that fetch through accounts.scoping and call the services."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from policylab.accounts.models import ApiToken
+from policylab.accounts.scoping import TOKEN_TEAM_ATTR, teams_of
+from policylab.accounts.services import create_api_token, revoke_api_token
+from policylab.api import serializers as s
+from policylab.experiments import selectors, services
+from policylab.experiments.config_editor import validation_payload
+from policylab.experiments.models import RunStatus
+from trainer.config import config_json_schema
+
+BAD_REQUEST = OpenApiResponse(s.ErrorSerializer, description="Invalid input; nothing was saved")
+NOT_FOUND = OpenApiResponse(s.ErrorSerializer, description="No such object in your teams")
+FORBIDDEN = OpenApiResponse(s.ErrorSerializer, description="Your role in the team is read-only")
+CONFLICT = OpenApiResponse(s.ErrorSerializer, description="The run's state does not allow this")
+
+
+def invalid(field: str, message: str) -> services.ValidationFailed:
+    return services.ValidationFailed([services.issue(field, message)])
+
+
+class ProjectList(generics.ListCreateAPIView):
+    serializer_class = s.ProjectSerializer
+
+    def get_queryset(self):
+        return selectors.projects_for(self.request.user)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.create_project(
+            data["team"], data["name"], user=self.request.user, description=data.get("description", "")
+        )
+
+
+def int_param(request, name: str) -> int | None:
+    value = request.query_params.get(name)
+    if value in (None, ""):
+        return None
+    if not value.isdigit():
+        raise invalid(name, f"expected an id, got {value!r}")
+    return int(value)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[
+            OpenApiParameter("project", int, description="Only experiments of this project"),
+            OpenApiParameter("tag", str, description="Only experiments carrying this tag"),
+        ]
+    )
+)
+class ExperimentList(generics.ListAPIView):
+    serializer_class = s.ExperimentSerializer
+
+    def get_queryset(self):
+        experiments = selectors.experiments_for(self.request.user)
+        project = int_param(self.request, "project")
+        if project is not None:
+            experiments = experiments.filter(project_id=project)
+        tag = self.request.query_params.get("tag")
+        if tag:
+            experiments = [e for e in experiments if tag in e.tags]  # JSON contains differs across backends
+        return experiments
+
+    @extend_schema(
+        request=s.ExperimentCreateSerializer,
+        responses={201: s.ExperimentSerializer, 400: BAD_REQUEST, 403: FORBIDDEN},
+        description="Validate a config (JSON object or YAML text, any supported format) and save it as a new "
+        "immutable experiment. An invalid config answers 400 with every error by field; nothing is saved.",
+    )
+    def post(self, request):
+        body = s.ExperimentCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        project = selectors.projects_for(request.user).filter(pk=data["project"]).first()
+        if project is None:
+            raise invalid("project", f"no project {data['project']} in your teams (GET /api/projects/)")
+        experiment = services.create_experiment(
+            project,
+            data["name"],
+            data["config"],
+            user=request.user,
+            description=data["description"],
+            tags=data["tags"],
+            source_format=data["source_format"],
+            overrides=services.normalise_overrides(data["overrides"]),
+        )
+        return Response(s.ExperimentSerializer(experiment).data, status=status.HTTP_201_CREATED)
+
+
+class ExperimentDetail(generics.RetrieveAPIView):
+    serializer_class = s.ExperimentSerializer
+
+    def get_queryset(self):
+        return selectors.experiments_for(self.request.user)
+
+
+class ExperimentRuns(generics.ListAPIView):
+    serializer_class = s.RunSerializer
+
+    def get_experiment(self):
+        return get_object_or_404(selectors.experiments_for(self.request.user), pk=self.kwargs["pk"])
+
+    def get_queryset(self):
+        return selectors.runs_for(self.request.user).filter(experiment=self.get_experiment()).prefetch_related("attempts")
+
+    @extend_schema(
+        request=s.LaunchSerializer,
+        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND},
+        description="Launch a new run of the experiment (optionally with dotlist overrides).",
+    )
+    def post(self, request, pk: int):
+        experiment = self.get_experiment()
+        body = s.LaunchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = services.launch_run(experiment, request.user, body.validated_data["overrides"])
+        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[
+            OpenApiParameter("experiment", int, description="Only runs of this experiment"),
+            OpenApiParameter("status", str, enum=list(RunStatus.values), description="Only runs in this status"),
+        ]
+    )
+)
+class RunList(generics.ListAPIView):
+    serializer_class = s.RunSerializer
+
+    def get_queryset(self):
+        runs = selectors.runs_for(self.request.user).prefetch_related("attempts")
+        experiment = int_param(self.request, "experiment")
+        if experiment is not None:
+            runs = runs.filter(experiment_id=experiment)
+        status_filter = self.request.query_params.get("status")
+        if status_filter:
+            if status_filter not in RunStatus.values:
+                raise invalid("status", f"expected one of {', '.join(RunStatus.values)}, got {status_filter!r}")
+            runs = runs.filter(status=status_filter)
+        return runs
+
+
+class RunDetail(generics.RetrieveAPIView):
+    serializer_class = s.RunSerializer
+
+    def get_queryset(self):
+        return selectors.runs_for(self.request.user).prefetch_related("attempts")
+
+
+class RunAction(APIView):
+    """Base of the POST actions on one run."""
+
+    def get_run(self):
+        return get_object_or_404(selectors.runs_for(self.request.user), pk=self.kwargs["pk"])
+
+
+class RunCancel(RunAction):
+    @extend_schema(request=None, responses={202: s.RunSerializer, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT})
+    def post(self, request, pk: int):
+        run = services.cancel_run(self.get_run(), request.user)
+        return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RunResume(RunAction):
+    @extend_schema(
+        request=s.ResumeSerializer,
+        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT},
+        description="Resume from the latest checkpoint (same run, new attempt) or an earlier one (new child run).",
+    )
+    def post(self, request, pk: int):
+        run = self.get_run()
+        body = s.ResumeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        resumed = services.resume_run(run, request.user, body.validated_data["checkpoint"])
+        return Response(s.RunSerializer(resumed).data, status=status.HTTP_201_CREATED)
+
+
+class RunFork(RunAction):
+    @extend_schema(
+        request=s.ForkSerializer,
+        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND},
+        description="A new experiment (this run's config plus overrides) and a run starting from the checkpoint.",
+    )
+    def post(self, request, pk: int):
+        run = self.get_run()
+        body = s.ForkSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        child = services.fork_run(run, request.user, data["checkpoint"], data["overrides"], data.get("name"))
+        return Response(s.RunSerializer(child).data, status=status.HTTP_201_CREATED)
+
+
+class ConfigSchema(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT}, description="JSON Schema of the native config.")
+    def get(self, request):
+        return Response(config_json_schema())
+
+
+class ConfigValidate(APIView):
+    @extend_schema(
+        request=s.ConfigValidateSerializer,
+        responses={200: s.ConfigValidationSerializer, 400: s.ConfigValidationSerializer},
+        description="Validate a config without saving it: errors by field, warnings, derived values "
+        "(global batch, optimizer steps per rollout, dp sizes), the detected source format and native YAML.",
+    )
+    def post(self, request):
+        body = s.ConfigValidateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        payload = validation_payload(data["config"], services.normalise_overrides(data["overrides"]), data["source_format"])
+        return Response(payload, status=status.HTTP_200_OK if payload["ok"] else status.HTTP_400_BAD_REQUEST)
+
+
+class TokenList(generics.ListAPIView):
+    serializer_class = s.ApiTokenSerializer
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user, team__in=teams_of(self.request.user))
+
+    @extend_schema(request=s.ApiTokenCreateSerializer, responses={201: s.IssuedTokenSerializer, 400: BAD_REQUEST})
+    def post(self, request):
+        body = s.ApiTokenCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        teams = teams_of(request.user)
+        team_id = body.validated_data.get("team") or getattr(request.user, TOKEN_TEAM_ATTR, None)
+        if team_id is not None:
+            team = teams.filter(pk=team_id).first()
+        else:
+            team = teams.first() if teams.count() == 1 else None
+        if team is None:
+            raise invalid("team", "name one of your teams (the team the token acts in)")
+        issued = create_api_token(request.user, team, body.validated_data["name"])
+        data = s.IssuedTokenSerializer(issued.token).data
+        data["token"] = issued.secret
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class TokenDetail(generics.RetrieveDestroyAPIView):
+    serializer_class = s.ApiTokenSerializer
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user, team__in=teams_of(self.request.user))
+
+    @extend_schema(responses={204: None, 404: NOT_FOUND}, description="Revoke the token (it stops working at once).")
+    def delete(self, request, *args, **kwargs):
+        revoke_api_token(self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

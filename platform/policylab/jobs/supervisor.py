@@ -1,0 +1,318 @@
+"""Supervise one run: open attempts, submit them to Ray, follow them, store their logs, retry, cancel.
+
+`supervise(run_id, lock)` is the body of the Celery task jobs.tasks.supervise_run, written as a
+plain function so tests can drive it directly. It is idempotent: every decision is re-derived
+from the database and Ray on each tick, so a supervisor that takes over from a dead one simply
+continues. The rules live in `transitions` (pure); this module only reads and writes state.
+
+Writes touch only the fields this app owns (Run.status / message / started_at / finished_at and
+RunAttempt), through queryset updates, so they never overwrite the progress fields ingest writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, transaction
+from django.utils import timezone
+
+from policylab.experiments.models import Run, RunAttempt
+from policylab.jobs import ray_jobs
+from policylab.jobs.locks import LockLost, SupervisorLock
+from policylab.jobs.models import AttemptLaunch
+from policylab.jobs.ray_jobs import RayUnavailable
+from policylab.jobs.transitions import (
+    CANCELLED,
+    FAILED,
+    QUEUED,
+    STATUS_RUNNING,
+    SUBMITTING,
+    TERMINAL,
+    Step,
+    next_step,
+    resume_for_attempt,
+    submission_id,
+    trainer_entrypoint,
+)
+from policylab.tracking.models import LogLine
+from trainer.config import ConfigError, load_raw
+
+log = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.yaml"
+# LogLine rows from the Ray driver's output use seq = -attempt: trainer events have seq >= 1, so
+# the two never collide, and (run, seq, line_no) stays unique and idempotent across takeovers.
+DRIVER_LOG_LEVEL = "driver"
+
+
+class SubmitFailed(RuntimeError):
+    """Ray refused the job, or its config could not be written; the attempt counts as failed."""
+
+
+def launch_of(attempt: RunAttempt) -> AttemptLaunch:
+    launch, _ = AttemptLaunch.objects.get_or_create(attempt=attempt)
+    return launch
+
+
+# --- the run directory -----------------------------------------------------------------------------
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """True when the run directory holds at least one checkpoint (checkpoints/step_<k>/)."""
+    return any((run_dir / "checkpoints").glob("step_*"))
+
+
+def run_config(run: Run, resume_from_checkpoint: bool | str) -> dict[str, Any]:
+    """The experiment's native config + the run's overrides, with everything the run writes forced
+    into its run directory and the resume target of this attempt."""
+    config = load_raw(run.experiment.config, list(run.overrides))
+    run_dir = str(run.run_dir)
+    config["output_dir"] = run_dir
+    config["logging_dir"] = str(run.run_dir / "logs")
+    checkpoint_config = dict(config.get("checkpoint_config") or {})
+    checkpoint_config["output_dir"] = str(run.run_dir / "checkpoints")
+    config["checkpoint_config"] = checkpoint_config
+    config["resume_from_checkpoint"] = resume_from_checkpoint
+    config["resume_mode"] = None  # follow resume_from_checkpoint
+    return config
+
+
+def write_run_config(run: Run, resume_from_checkpoint: bool | str) -> Path:
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    path = run.run_dir / CONFIG_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(run_config(run, resume_from_checkpoint), sort_keys=False))
+    tmp.replace(path)
+    return path
+
+
+def runtime_env() -> dict[str, Any]:
+    """Ray runtime_env of the trainer job. On the embedded cluster the repo is on the same disk, so
+    PYTHONPATH points at it instead of uploading a working_dir."""
+    env_vars = {"TOKENIZERS_PARALLELISM": "false"}
+    if settings.POLICYLAB_TRAINER_PYTHONPATH:
+        env_vars["PYTHONPATH"] = str(settings.POLICYLAB_TRAINER_PYTHONPATH)
+    return {"env_vars": env_vars}
+
+
+# --- state changes (each one transaction, only fields this app owns) ---------------------------------
+
+def _set_run(run_id: int, status: str, message: str | None = None) -> None:
+    now = timezone.now()
+    changes: dict[str, Any] = {"status": status}
+    if message is not None:
+        changes["message"] = message
+    if status in TERMINAL:
+        changes["finished_at"] = now
+    else:
+        changes["finished_at"] = None
+    Run.objects.filter(pk=run_id).update(**changes)
+    if status == STATUS_RUNNING:
+        Run.objects.filter(pk=run_id, started_at__isnull=True).update(started_at=now)
+
+
+def open_attempt(run: Run, number: int, retry: int, launch_resume_from: str) -> RunAttempt:
+    """A new attempt row (not yet submitted: ray_job_id is empty until Ray accepted the job)."""
+    with transaction.atomic():
+        attempt = RunAttempt.objects.create(run=run, number=number, status=SUBMITTING, heartbeat_at=timezone.now())
+        AttemptLaunch.objects.create(attempt=attempt, retry=retry, launch_resume_from=launch_resume_from)
+        _set_run(run.pk, SUBMITTING, f"attempt {number}: submitting to Ray")
+    return attempt
+
+
+def finish(run: Run, attempt: RunAttempt | None, step: Step) -> None:
+    with transaction.atomic():
+        if attempt is not None:
+            RunAttempt.objects.filter(pk=attempt.pk).update(
+                status=step.attempt_status, finished_at=timezone.now(), message=step.message
+            )
+        _set_run(run.pk, step.run_status, step.message)
+
+
+def retry(run: Run, attempt: RunAttempt, step: Step) -> RunAttempt:
+    """Close the failed attempt and open the next one in the same transaction, so a supervisor
+    crash can never leave a failed attempt without its retry (or a retry without its cause)."""
+    launch = launch_of(attempt)
+    with transaction.atomic():
+        RunAttempt.objects.filter(pk=attempt.pk).update(
+            status=step.attempt_status, finished_at=timezone.now(), message=step.message
+        )
+        nxt = open_attempt(run, attempt.number + 1, launch.retry + 1, launch.launch_resume_from)
+        _set_run(run.pk, SUBMITTING, f"attempt {attempt.number} failed: {step.message}")
+    return nxt
+
+
+def submit_attempt(run: Run, attempt: RunAttempt, client: Any) -> None:
+    """Write the attempt's config and submit it (a no-op on Ray if the job already exists)."""
+    launch = launch_of(attempt)
+    resume = resume_for_attempt(launch.launch_resume_from, launch.retry, has_checkpoint(run.run_dir))
+    try:
+        config_path = write_run_config(run, resume)
+    except ConfigError as error:
+        raise SubmitFailed(f"the run's config does not load: {error}") from error
+    job_id = submission_id(run.pk, attempt.number)
+    entrypoint = trainer_entrypoint(
+        settings.POLICYLAB_TRAINER_PYTHON, str(config_path), run.trainer_run_id, attempt.number, settings.REDIS_URL,
+        settings.POLICYLAB_TRAINER_ARGS,
+    )
+    try:
+        submitted = ray_jobs.submit(client, job_id, entrypoint, runtime_env(),
+                                    metadata={"policylab_run": str(run.pk), "policylab_attempt": str(attempt.number)})
+    except RuntimeError as error:
+        if isinstance(error, RayUnavailable):
+            raise
+        raise SubmitFailed(f"Ray refused job {job_id}: {error}") from error
+    log.info("run %s attempt %s: %s Ray job %s", run.pk, attempt.number,
+             "submitted" if submitted else "found existing", job_id)
+    with transaction.atomic():
+        RunAttempt.objects.filter(pk=attempt.pk).update(ray_job_id=job_id)
+        AttemptLaunch.objects.filter(pk=launch.pk).update(
+            resume_from_checkpoint=str(resume).lower() if isinstance(resume, bool) else resume,
+            entrypoint=entrypoint,
+        )
+    attempt.ray_job_id = job_id
+
+
+def sync_logs(client: Any, run: Run, attempt: RunAttempt, *, final: bool) -> None:
+    """Store the driver output lines Ray has that we have not stored yet (complete lines only,
+    unless the job is over)."""
+    text = ray_jobs.logs(client, attempt.ray_job_id)
+    lines = text.splitlines()
+    if lines and not final and not text.endswith("\n"):
+        lines = lines[:-1]
+    launch = launch_of(attempt)
+    new = lines[launch.log_lines:]
+    if not new:
+        return
+    now = time.time()
+    LogLine.objects.bulk_create(
+        [
+            LogLine(run=run, attempt=attempt.number, seq=-attempt.number, line_no=launch.log_lines + i,
+                    level=DRIVER_LOG_LEVEL, text=line, time=now)
+            for i, line in enumerate(new)
+        ],
+        ignore_conflicts=True,
+    )
+    AttemptLaunch.objects.filter(pk=launch.pk).update(log_lines=len(lines))
+
+
+# --- the loop ------------------------------------------------------------------------------------------
+
+class RaySession:
+    """A JobSubmissionClient, (re)connected on demand."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._client: Any = None
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = ray_jobs.connect(self.address)
+        return self._client
+
+    def reset(self) -> None:
+        self._client = None
+
+
+def tick(run_id: int, ray: RaySession) -> str | None:
+    """One look at the run. Returns the outcome when supervision is over, None to keep polling."""
+    run = Run.objects.select_related("experiment").filter(pk=run_id).first()
+    if run is None:
+        return "run deleted"
+    attempt = run.attempts.order_by("-number").first()
+
+    if attempt is None or attempt.status in TERMINAL:
+        if run.status != QUEUED:
+            if attempt is not None and run.status not in TERMINAL:  # repair: run lags its last attempt
+                finish(run, None, Step("finish", attempt.status, attempt.status, attempt.message))
+            return f"nothing to do: run is {run.status}"
+        if run.cancel_requested:
+            finish(run, None, Step("finish", CANCELLED, CANCELLED, "cancelled before it started"))
+            return CANCELLED
+        number = attempt.number + 1 if attempt is not None else 1
+        attempt = open_attempt(run, number, retry=0, launch_resume_from=run.resume_from)
+
+    if not attempt.ray_job_id:
+        if run.cancel_requested:
+            finish(run, attempt, Step("finish", CANCELLED, CANCELLED, "cancelled before it started"))
+            return CANCELLED
+        try:
+            submit_attempt(run, attempt, ray.client())
+        except SubmitFailed as error:
+            step = next_step(FAILED, cancel_requested=False, retries_used=launch_of(attempt).retry,
+                             max_retries=run.max_retries, ray_message=str(error))
+            return _finish_or_retry(run, attempt, step)
+
+    client = ray.client()
+    state = ray_jobs.job_state(client, attempt.ray_job_id)
+    step = next_step(
+        state.status,
+        cancel_requested=run.cancel_requested,
+        retries_used=launch_of(attempt).retry,
+        max_retries=run.max_retries,
+        exit_code=state.exit_code,
+        ray_message=state.message,
+        job_id=attempt.ray_job_id,
+    )
+    sync_logs(client, run, attempt, final=step.action in ("finish", "retry"))
+    RunAttempt.objects.filter(pk=attempt.pk).update(heartbeat_at=timezone.now())
+
+    if step.action in ("finish", "retry"):
+        return _finish_or_retry(run, attempt, step)
+    if step.action == "stop_job":
+        ray_jobs.stop(client, attempt.ray_job_id)
+    if attempt.status != step.attempt_status:
+        changes: dict[str, Any] = {"status": step.attempt_status}
+        if step.attempt_status == STATUS_RUNNING:
+            changes["started_at"] = timezone.now()
+        RunAttempt.objects.filter(pk=attempt.pk).update(**changes)
+    if run.status != step.run_status:
+        _set_run(run.pk, step.run_status, step.message or f"attempt {attempt.number}: {step.run_status}")
+    return None
+
+
+def _finish_or_retry(run: Run, attempt: RunAttempt, step: Step) -> str | None:
+    if step.action == "retry":
+        nxt = retry(run, attempt, step)
+        log.warning("run %s: attempt %s failed, retrying as attempt %s: %s", run.pk, attempt.number, nxt.number,
+                    step.message)
+        return None
+    finish(run, attempt, step)
+    log.info("run %s: %s (%s)", run.pk, step.run_status, step.message)
+    return step.run_status
+
+
+def supervise(run_id: int, lock: SupervisorLock, *, ray_address: str, poll_s: float,
+              sleep: Callable[[float], None] = time.sleep) -> str:
+    """Tick until the run is over. Transient trouble (Ray unreachable, a database hiccup) is logged
+    and retried on the next tick; losing the lock ends supervision at once."""
+    ray = RaySession(ray_address)
+    unavailable_noted = False
+    while True:
+        try:
+            lock.refresh()
+        except LockLost as error:
+            log.warning("%s", error)
+            return "lock lost"
+        try:
+            outcome = tick(run_id, ray)
+            unavailable_noted = False
+        except RayUnavailable as error:
+            ray.reset()
+            if not unavailable_noted:
+                log.warning("run %s: %s", run_id, error)
+                Run.objects.filter(pk=run_id).update(message=f"waiting for Ray: {error}")
+                unavailable_noted = True
+            outcome = None
+        except DatabaseError:
+            log.exception("run %s: database error, retrying", run_id)
+            close_old_connections()
+            outcome = None
+        if outcome is not None:
+            return outcome
+        sleep(poll_s)

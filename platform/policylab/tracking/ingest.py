@@ -1,0 +1,367 @@
+"""Turn trainer telemetry events into rows, in bulk and idempotently, then tell the run's browsers.
+
+The one entry point is `ingest_events(events)`; the Redis Stream consumer (streams.py) and the JSONL
+backfill (`manage.py import_events`) both call it. Idempotency comes from unique keys:
+(run, key, step) for metrics, (run, step, group_id, sample_index) for rollouts, (run, step) for
+checkpoints, (run, seq, …) for logs and system points. A row is overwritten only by an event with a
+larger-or-equal seq, so a resumed attempt that re-emits a step wins over the first attempt, and a
+replay of old events never rolls a newer value back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.utils import timezone
+
+from policylab.experiments.models import Run, RunStatus
+from policylab.tracking.models import (
+    Checkpoint,
+    IngestCursor,
+    LogLine,
+    MetricPoint,
+    RolloutSample,
+    SystemPoint,
+)
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPES = ("status", "metrics", "rollouts", "checkpoint", "log", "system")
+REQUIRED_FIELDS = {"type": str, "run_id": (str, int), "attempt": int, "seq": int, "step": int, "time": (int, float)}
+# Trainer states (telemetry) → Run.status.
+STATE_TO_STATUS = {
+    "starting": RunStatus.RUNNING,
+    "running": RunStatus.RUNNING,
+    "succeeded": RunStatus.SUCCEEDED,
+    "failed": RunStatus.FAILED,
+    "cancelled": RunStatus.CANCELLED,
+}
+# Live websocket messages carry rollouts without token arrays and with texts cut to this length;
+# the rollout inspector reads the full samples through the API.
+LIVE_TEXT_LIMIT = 2000
+
+
+class EventError(ValueError):
+    """A telemetry event that does not follow the contract; the message names the field."""
+
+
+def group_name(run_id: int) -> str:
+    """The Channels group of a run's browsers."""
+    return f"run-{run_id}"
+
+
+def parse_event(raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+    """Decode and check one event against the telemetry contract (v1)."""
+    if isinstance(raw, str | bytes):
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EventError(f"event is not valid JSON: {exc}") from exc
+    else:
+        event = dict(raw)
+    if not isinstance(event, dict):
+        raise EventError(f"event must be a JSON object, got {type(event).__name__}")
+    for name, kind in REQUIRED_FIELDS.items():
+        if name not in event:
+            raise EventError(f"event field {name!r} is missing (required: {', '.join(REQUIRED_FIELDS)})")
+        if not isinstance(event[name], kind) or isinstance(event[name], bool):
+            raise EventError(f"event field {name!r} has type {type(event[name]).__name__}; expected {kind}")
+    if event["type"] not in EVENT_TYPES:
+        raise EventError(f"event field 'type' is {event['type']!r}; valid types: {', '.join(EVENT_TYPES)}")
+    if not isinstance(event.get("data"), dict):
+        raise EventError("event field 'data' must be an object")
+    return event
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Events of an events.jsonl file; a torn last line (the writer died mid-line) is skipped."""
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield parse_event(line)
+            except EventError as exc:
+                log.warning("%s:%d skipped: %s", path, line_no, exc)
+
+
+def finite_or_none(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+@dataclass
+class RunBatch:
+    """The rows built from one run's events in one ingest call."""
+
+    metrics: dict[tuple[str, int], MetricPoint] = field(default_factory=dict)
+    rollouts: dict[tuple[int, int, int], RolloutSample] = field(default_factory=dict)
+    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
+    logs: list[LogLine] = field(default_factory=list)
+    system: list[SystemPoint] = field(default_factory=list)
+    status: dict[str, Any] | None = None
+
+    def add(self, run_id: int, event: dict[str, Any]) -> None:
+        """Build the rows of one event; within a batch the larger seq wins on a shared unique key."""
+        seq, step, time, attempt, data = event["seq"], event["step"], float(event["time"]), event["attempt"], event["data"]
+        common = {"run_id": run_id, "seq": seq, "attempt": attempt}
+        kind = event["type"]
+        if kind == "metrics":
+            for key, value in (data.get("values") or {}).items():
+                self.metrics[(key, step)] = MetricPoint(key=key, step=step, value=finite_or_none(value), time=time, **common)
+        elif kind == "system":
+            for key, value in (data.get("values") or {}).items():
+                self.system.append(SystemPoint(key=key, step=step, value=finite_or_none(value), time=time, **common))
+        elif kind == "rollouts":
+            for index, sample in enumerate(data.get("samples") or []):
+                row = rollout_row(sample, index, step, time, common)
+                self.rollouts[(row.step, row.group_id, row.sample_index)] = row
+        elif kind == "checkpoint":
+            ck_step = int(data.get("step", step))
+            self.checkpoints[ck_step] = Checkpoint(
+                step=ck_step,
+                path=str(data.get("path", "")),
+                size_bytes=int(data.get("size_bytes") or 0),
+                contents=list(data.get("contents") or []),
+                created_at=datetime.fromtimestamp(time, tz=UTC),
+                **common,
+            )
+        elif kind == "log":
+            lines = data.get("lines") or []
+            if isinstance(lines, str):
+                lines = lines.splitlines()
+            level = str(data.get("level", "info"))[:16]
+            self.logs.extend(
+                LogLine(line_no=i, level=level, text=str(text), time=time, **common) for i, text in enumerate(lines)
+            )
+        elif kind == "status" and (self.status is None or seq > self.status["seq"]):
+            self.status = event
+
+
+def rollout_row(sample: Mapping[str, Any], index: int, step: int, time: float, common: dict) -> RolloutSample:
+    def count(name: str) -> int:
+        return int(sample.get(name) or 0)
+
+    group = sample.get("group_id")
+    return RolloutSample(
+        step=step,
+        group_id=int(group) if group is not None else index,
+        sample_index=int(sample.get("sample_index", index)),
+        prompt=str(sample.get("prompt", "")),
+        response=str(sample.get("response", "")),
+        reward=finite_or_none(sample.get("reward")),
+        advantage=finite_or_none(sample.get("advantage")),
+        prompt_length=count("prompt_length"),
+        response_length=count("response_length"),
+        stop_reason=str(sample.get("stop_reason") or "")[:32],
+        tokens=sample.get("tokens"),
+        token_logprobs=sample.get("token_logprobs"),
+        token_advantages=sample.get("token_advantages"),
+        time=time,
+        **common,
+    )
+
+
+def drop_stale(rows: dict, model: type, run_id: int, key_fields: tuple[str, ...], min_seq: int) -> list:
+    """Rows of `rows` (keyed by `key_fields` values) that would not overwrite a row with a larger seq."""
+    first = key_fields[0]
+    stored = model.objects.filter(
+        run_id=run_id, seq__gt=min_seq, **{f"{first}__in": {key[0] for key in rows}}
+    ).values_list(*key_fields, "seq")
+    newer = {tuple(values[:-1]): values[-1] for values in stored}
+    return [row for key, row in rows.items() if newer.get(key, -1) <= row.seq]
+
+
+def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
+    """Write one run's rows; call inside a transaction."""
+    min_seq = min(
+        [row.seq for row in batch.metrics.values()] + [row.seq for row in batch.rollouts.values()] + [cursor.last_seq + 1]
+    )
+    replaying = min_seq <= cursor.last_seq
+    metrics = drop_stale(batch.metrics, MetricPoint, run_id, ("key", "step"), min_seq) if replaying else list(batch.metrics.values())
+    rollouts = (
+        drop_stale(batch.rollouts, RolloutSample, run_id, ("step", "group_id", "sample_index"), min_seq)
+        if replaying
+        else list(batch.rollouts.values())
+    )
+    MetricPoint.objects.bulk_create(
+        metrics,
+        batch_size=2000,
+        update_conflicts=True,
+        unique_fields=["run", "key", "step"],
+        update_fields=["value", "time", "attempt", "seq"],
+    )
+    RolloutSample.objects.bulk_create(
+        rollouts,
+        batch_size=500,
+        update_conflicts=True,
+        unique_fields=["run", "step", "group_id", "sample_index"],
+        update_fields=[
+            "prompt", "response", "reward", "advantage", "prompt_length", "response_length", "stop_reason",
+            "tokens", "token_logprobs", "token_advantages", "attempt", "seq", "time",
+        ],
+    )
+    Checkpoint.objects.bulk_create(
+        list(batch.checkpoints.values()),
+        update_conflicts=True,
+        unique_fields=["run", "step"],
+        update_fields=["path", "size_bytes", "contents", "attempt", "seq", "created_at"],
+    )
+    LogLine.objects.bulk_create(batch.logs, batch_size=2000, ignore_conflicts=True)
+    SystemPoint.objects.bulk_create(batch.system, batch_size=2000, ignore_conflicts=True)
+    if batch.status is not None and batch.status["seq"] > cursor.last_seq:
+        apply_status(run_id, batch.status)
+
+
+def apply_status(run_id: int, event: dict[str, Any]) -> None:
+    """Advance the Run's progress (and status) from the newest `status` event."""
+    data = event["data"]
+    changes: dict[str, Any] = {"current_step": max(0, int(data.get("step", event["step"])))}
+    if data.get("total_steps") is not None:
+        changes["total_steps"] = int(data["total_steps"])
+    if "eta_s" in data:
+        changes["eta_seconds"] = finite_or_none(data["eta_s"])
+    if data.get("message"):
+        changes["message"] = str(data["message"])
+    status = STATE_TO_STATUS.get(str(data.get("state", "")))
+    run = Run.objects.only("status", "started_at", "finished_at").get(pk=run_id)
+    if status is not None:
+        changes["status"] = status
+        now = timezone.now()
+        if status == RunStatus.RUNNING:
+            changes["finished_at"] = None
+            if run.started_at is None:
+                changes["started_at"] = now
+        else:
+            changes["finished_at"] = now
+    Run.objects.filter(pk=run_id).update(**changes)
+
+
+def live_event(event: dict[str, Any]) -> dict[str, Any]:
+    """The event as browsers receive it: rollouts without token arrays and with shortened texts."""
+    slim = {k: event[k] for k in ("type", "seq", "step", "time", "attempt")}
+    data = event["data"]
+    if event["type"] == "rollouts":
+        data = {
+            "samples": [
+                {
+                    **{k: v for k, v in s.items() if k not in ("tokens", "token_logprobs", "token_advantages")},
+                    "prompt": str(s.get("prompt", ""))[:LIVE_TEXT_LIMIT],
+                    "response": str(s.get("response", ""))[:LIVE_TEXT_LIMIT],
+                }
+                for s in data.get("samples") or []
+            ]
+        }
+    elif event["type"] in ("metrics", "system"):
+        data = {"values": {k: finite_or_none(v) for k, v in (data.get("values") or {}).items()}}
+    slim["data"] = data
+    return slim
+
+
+def resolve_run_id(value: str | int) -> int | None:
+    """The platform Run pk of a telemetry `run_id` (Run.trainer_run_id is str(pk)); None if unknown."""
+    text = str(value)
+    if text.startswith("run-"):
+        text = text[4:]
+    return int(text) if text.isdigit() else None
+
+
+def ingest_events(
+    events: Iterable[Mapping[str, Any]],
+    *,
+    run_id: int | None = None,
+    publish: bool = True,
+    backfill_gaps: bool = True,
+) -> dict[int, int]:
+    """Store `events` (already parsed) and publish them to each run's group.
+
+    `run_id` forces every event onto that Run (a JSONL file written under another run id).
+    With `backfill_gaps`, a run whose first new seq is beyond the stored cursor + 1 (events lost
+    while Redis was down) is first backfilled from its run directory's events.jsonl, when readable.
+    Returns {run pk: number of events stored}. Events of unknown runs are logged and skipped.
+    """
+    by_run: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        target = run_id if run_id is not None else resolve_run_id(event["run_id"])
+        if target is None:
+            log.warning("event seq %s of unknown run %r skipped", event.get("seq"), event.get("run_id"))
+            continue
+        by_run[target].append(dict(event))
+    known = set(Run.objects.filter(pk__in=by_run).values_list("pk", flat=True))
+    stored: dict[int, int] = {}
+    for pk, run_events in by_run.items():
+        if pk not in known:
+            log.warning("%d events of run %s skipped: no such run", len(run_events), pk)
+            continue
+        run_events.sort(key=lambda e: e["seq"])
+        if backfill_gaps:
+            run_events = with_backfill(pk, run_events)
+        last_seq = store_events(pk, run_events)
+        stored[pk] = len(run_events)
+        if publish:
+            publish_events(pk, run_events, last_seq)
+    return stored
+
+
+def store_events(run_id: int, events: list[dict[str, Any]]) -> int:
+    """Store one run's events (sorted by seq) in one transaction; returns the run's new cursor."""
+    batch = RunBatch()
+    for event in events:
+        batch.add(run_id, event)
+    with transaction.atomic():
+        cursor, _ = IngestCursor.objects.select_for_update().get_or_create(run_id=run_id)
+        store_run_batch(run_id, batch, cursor)
+        new_last = max(cursor.last_seq, events[-1]["seq"])
+        if new_last != cursor.last_seq:
+            IngestCursor.objects.filter(run_id=run_id).update(last_seq=new_last, updated_at=timezone.now())
+    return new_last
+
+
+def with_backfill(run_id: int, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`events` (sorted by seq) merged with the events the run's events.jsonl holds for the seqs
+    missing between the stored cursor and the last of them (lost while Redis was down)."""
+    cursor = IngestCursor.objects.filter(run_id=run_id).values_list("last_seq", flat=True).first()
+    expected_next = 1 if cursor is None else cursor + 1  # the emitter's first seq is 1
+    have = {e["seq"] for e in events}
+    missing = set(range(expected_next, events[-1]["seq"] + 1)) - have
+    if not missing:
+        return events
+    path = Run(pk=run_id).run_dir / "events.jsonl"
+    if not path.is_file():
+        log.warning("run %s: %d events missing (seq %d..%d) and %s not readable", run_id, len(missing), min(missing), max(missing), path)
+        return events
+    found = [e for e in read_jsonl(path) if e["seq"] in missing]
+    log.info("run %s: backfilled %d of %d missing events from %s", run_id, len(found), len(missing), path)
+    return sorted(events + found, key=lambda e: e["seq"])
+
+
+def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> None:
+    """Send the stored events to the run's browsers (best effort: the rows are already committed)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    live = [live_event(e) for e in events]
+    checkpoints = [e for e in live if e["type"] == "checkpoint"]
+    if checkpoints:  # the page's Resume and Fork buttons need the row ids
+        ids = dict(Checkpoint.objects.filter(run_id=run_id).values_list("step", "pk"))
+        for e in checkpoints:
+            e["data"] = {**e["data"], "id": ids.get(int(e["data"].get("step", e["step"])))}
+    message = {"type": "run.events", "seq": last_seq, "events": live}
+    try:
+        async_to_sync(layer.group_send)(group_name(run_id), message)
+    except Exception:  # a channel layer outage must not lose the (committed) batch or stop ingest
+        log.exception("run %s: publishing %d events failed", run_id, len(events))

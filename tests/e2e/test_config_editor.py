@@ -1,0 +1,62 @@
+"""In a real Chromium: sign in, edit the generated form, see an inline error, fix it, save, launch,
+and watch the run's status change as the real Celery worker hands it to a real Ray head."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.services import celery_services, jobs_redis_url, ray_head, shared_test_database  # noqa: F401
+
+pytestmark = pytest.mark.e2e
+
+
+def test_edit_validate_save_launch_and_watch_the_status(signed_in, live_server, web_user, celery_services):  # noqa: F811
+    from playwright.sync_api import expect
+
+    from policylab.experiments.models import Experiment, Run
+    from policylab.jobs.services import cancel_run
+
+    page = signed_in
+    page.goto(f"{live_server.url}/projects/{web_user.project.pk}/experiments/new/")
+    page.fill("#exp-name", "browser grpo")
+    expect(page.locator("#check-state")).to_have_text("valid")  # the live check of the starting config
+    expect(page.locator("#derived")).to_contain_text("actor_train.optimizer_steps_per_rollout")
+
+    # A batch size that does not split into optimizer steps: the error appears at the field that can fix it.
+    page.fill("[name=rollout_batch_size]", "3")
+    error = page.locator('[data-errors-for="actor_train.training_args.per_device_train_batch_size"]')
+    expect(error).to_be_visible()
+    expect(error).to_contain_text("3 × 8 = 24")
+    expect(page.locator("details[data-section=actor_train]")).to_have_attribute("open", "")
+    page.click("#save")  # the server refuses too, and shows the same error inline
+    expect(page.locator('[data-errors-for="actor_train.training_args.per_device_train_batch_size"]')).to_contain_text("24")
+    assert not Experiment.objects.exists()
+
+    page.fill("[name=rollout_batch_size]", "8")
+    expect(page.locator("#check-state")).to_have_text("valid")
+    expect(error).to_be_hidden()
+    page.click("[data-tab=yaml]")  # the YAML tab shows the same config
+    expect(page.locator("#config-yaml")).to_have_value(re.compile(r"^rollout_batch_size: 8$", re.M))
+    page.click("[data-tab=form]")
+    page.click("#save")
+
+    page.wait_for_url(re.compile(r"/experiments/\d+/$"))
+    experiment = Experiment.objects.get(name="browser grpo")
+    assert experiment.config["rollout_batch_size"] == 8
+    page.click("summary:has-text('Overrides')")
+    page.fill("textarea[name=overrides]", "max_steps=2")
+    page.click("#launch")
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    run = Run.objects.get(experiment=experiment)
+    expect(page.locator("#run-state")).to_have_text(re.compile("queued|submitting|running|succeeded"))
+
+    page.goto(f"{live_server.url}/runs/{run.pk}/status/")
+    status = page.locator("#run-status [data-field=status]")
+    expect(status).not_to_have_text("queued", timeout=60_000)  # the supervisor picked it up
+    expect(status).to_have_text(re.compile("submitting|running|succeeded|failed"))
+    run.refresh_from_db()
+    assert run.attempts.exists()
+    if run.is_active:  # don't leave training running on the shared Ray head
+        cancel_run(run)

@@ -1,0 +1,204 @@
+"""In a real Chromium against the real ASGI server (daphne: HTTP + websockets) and the real ingest
+process (`manage.py ingest_events`): a run emits telemetry through the trainer's own EventEmitter
+(events.jsonl + Redis Stream), and the page follows it live — the reward chart gains points without
+a reload, the rollout inspector shows the current step, the checkpoint list grows, and resuming
+from a checkpoint continues the same series.
+
+The events come from trainer.telemetry driven by the test (not a Ray job): the test owns the timing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+
+from scripts.services import free_port, service_env
+from tests.services import claim_redis_db, database_url
+
+pytestmark = pytest.mark.e2e
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class TrackingStack:
+    url: str
+    redis_url: str
+
+
+def wait_listening(process: subprocess.Popen, port: int, log: Path, timeout: float = 60) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"web server did not start:\n{log.read_text()[-3000:]}") from None
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -> Iterator[TrackingStack]:
+    """daphne (runserver, serving static files too) and the ingest consumer, on the test database
+    and a Redis database of this test's own."""
+    claimed, release = claim_redis_db(redis_url)
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    env = service_env(
+        {
+            "DATABASE_URL": database_url(),
+            "REDIS_URL": claimed,
+            "CELERY_BROKER_URL": claimed,
+            "CELERY_RESULT_BACKEND": claimed,
+            "POLICYLAB_RUNS_DIR": str(settings.POLICYLAB_RUNS_DIR),
+            "POLICYLAB_VAR_DIR": str(tmp_path / "var"),
+            "POLICYLAB_CHANNELS_PREFIX": f"e2e-{uuid.uuid4().hex[:6]}",
+            "DJANGO_DEBUG": "1",
+        }
+    )
+    port = free_port()
+    processes = []
+    try:
+        for name, args in (
+            ("web", ["runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"]),
+            ("ingest", ["ingest_events", "--claim-idle-ms", "5000"]),
+        ):
+            log = tmp_path / f"{name}.log"
+            with open(log, "wb") as out:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, str(REPO_ROOT / "manage.py"), *args],
+                        env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                    )
+                )
+        wait_listening(processes[0], port, tmp_path / "web.log")
+        yield TrackingStack(url=f"http://127.0.0.1:{port}", redis_url=claimed)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        release()
+
+
+def sign_in(page, stack: TrackingStack, user) -> None:
+    """A session of `user` (made here) as the browser's cookie."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME]
+    page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": stack.url}])
+
+
+def samples(step: int, attempt: int) -> list[dict]:
+    return [
+        {"prompt": f"What is {g} + {step}?", "response": f"attempt {attempt} says {g + step + i % 2}", "reward": float(i % 2 == 0),
+         "advantage": 0.5 if i % 2 == 0 else -0.5, "prompt_length": 6, "response_length": 4, "stop_reason": "eos",
+         "group_id": g, "sample_index": i, "tokens": ["attempt", " ", str(attempt)], "token_logprobs": [-0.1, -2.0, -0.5]}
+        for g in range(2) for i in range(2)
+    ]
+
+
+def emit_step(emitter, step: int, total: int = 12) -> None:
+    attempt = emitter.attempt
+    emitter.metrics({"reward/mean": step / 10 + attempt / 100, "actor/kl": 0.01 * step, "timing/step_s": 0.2}, step)
+    emitter.rollouts(samples(step, attempt), step)
+    emitter.system({"cpu/percent": 40.0 + step, "memory/rss_gb": 1.2}, step)
+    emitter.log("info", [f"attempt {attempt} finished step {step}"], step)
+    emitter.status("running", step, total_steps=total, eta_s=(total - step) * 0.2)
+
+
+def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_user, tracking_stack) -> None:
+    from playwright.sync_api import expect
+
+    from policylab.experiments.models import Experiment, Run, RunStatus
+    from trainer.telemetry import EventEmitter, JsonlSink
+    from trainer.telemetry.redis_stream import RedisStreamSink
+
+    experiment = Experiment.objects.create(
+        project=web_user.project, name="live grpo", config={"exp_name": "live", "max_steps": 12},
+        config_yaml="exp_name: live\n", config_hash=uuid.uuid4().hex,
+    )
+    run = Run.objects.create(experiment=experiment, created_by=web_user.user, status=RunStatus.RUNNING)
+
+    def open_emitter(attempt: int) -> EventEmitter:
+        sinks = [JsonlSink(run.run_dir / "events.jsonl"), RedisStreamSink(tracking_stack.redis_url, run.trainer_run_id)]
+        return EventEmitter(run.trainer_run_id, attempt, sinks)
+
+    def chart_steps() -> list[int]:
+        return page.evaluate("() => window.policylab.metrics.xy('reward/mean', 'step').steps")
+
+    sign_in(page, tracking_stack, web_user.user)
+    page.goto(f"{tracking_stack.url}/runs/{run.pk}/")
+    expect(page.locator("#live-state")).to_have_text("live")
+    assert page.evaluate("() => typeof window.Plotly") == "object"  # plotly.js served locally
+    page.evaluate("() => { window.__sameDocument = true; }")  # gone if the page ever reloads
+
+    emitter = open_emitter(1)
+    emitter.status("running", 0, total_steps=12)
+    for step in range(1, 5):
+        emit_step(emitter, step)
+        if step % 2 == 0:
+            emitter.checkpoint(step, str(run.run_dir / "checkpoints" / f"step_{step}"), 4096, ["model", "optimizer"])
+    reward_chart = page.locator('div.chart[data-key="reward/mean"]')
+    expect(reward_chart).to_have_attribute("data-points", "4")
+    expect(reward_chart.locator(".main-svg").first).to_be_visible()
+    expect(page.locator("#checkpoints tbody tr")).to_have_count(2)
+    expect(page.locator("#run-step")).to_have_text("4")
+    expect(page.locator('section[data-group="actor"] div.chart[data-key="actor/kl"]')).to_be_visible()
+    expect(page.locator('div.chart[data-key="cpu/percent"]')).to_be_visible()
+
+    for step in (5, 6):
+        emit_step(emitter, step)
+    emitter.checkpoint(6, str(run.run_dir / "checkpoints" / "step_6"), 4096, ["model", "optimizer"])
+    expect(reward_chart).to_have_attribute("data-points", "6")  # new points, no reload
+    expect(page.locator("#checkpoints tbody tr")).to_have_count(3)  # the list grew
+    expect(page.locator("#latest-rollouts")).to_have_attribute("data-step", "6")
+    expect(page.locator("#log-tail")).to_contain_text("attempt 1 finished step 6")
+    assert page.evaluate("() => window.__sameDocument") is True
+
+    # The rollout inspector shows the samples of the current step, GRPO groups side by side.
+    inspector = page.context.new_page()
+    inspector.goto(f"{tracking_stack.url}/runs/{run.pk}/rollouts/")
+    expect(inspector.locator("section.group")).to_have_count(2)
+    expect(inspector.locator('section.group[data-step="6"]')).to_have_count(2)
+    expect(inspector.locator('section.group[data-step="6"] .sample')).to_have_count(4)
+    expect(inspector.locator(".tokens span").first).to_have_text("attempt")  # per-token view
+    inspector.fill("input[name=q]", "(unclosed")
+    inspector.click("#filters button[type=submit]")
+    expect(inspector.locator("#rollout-error")).to_contain_text("q: q is not a valid regular expression")
+    inspector.close()
+
+    # Attempt 1 dies; resuming from its latest checkpoint (step 6) continues the same run.
+    emitter.status("failed", 6, total_steps=12, message="worker lost")
+    emitter.close()
+    expect(page.locator("#run-state")).to_have_text("failed")
+    page.locator('#checkpoints tr[data-step="6"] button[data-resume]').click()
+    expect(page.locator("#run-state")).to_have_text("queued")
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.resume_from.endswith("step_6")
+
+    emitter = open_emitter(2)  # what the resumed trainer does: same events.jsonl, seq continues
+    assert emitter.seq > 0
+    emitter.status("running", 6, total_steps=12)
+    for step in (7, 8, 9):
+        emit_step(emitter, step)
+    emitter.close()
+    expect(reward_chart).to_have_attribute("data-points", "9")
+    assert chart_steps() == list(range(1, 10))  # one unbroken series, no duplicated step
+    expect(page.locator("#run-state")).to_have_text("running")
+    expect(page.locator("#log-tail")).to_contain_text("attempt 2 finished step 9")
+    assert page.evaluate("() => window.__sameDocument") is True

@@ -1,0 +1,130 @@
+"""Server-rendered pages: sign-in, lists, the config editor (valid, invalid, YAML, import), launch."""
+
+from __future__ import annotations
+
+import re
+from io import StringIO
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.test import Client
+
+from policylab.experiments.models import Experiment, Project, Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def browser(alice) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def project(team_a) -> Project:
+    return Project.objects.create(team=team_a, name="proj")
+
+
+def form_fields(html: str) -> dict[str, str]:
+    """The editor's inputs as a browser would submit them (checked boxes, selected options)."""
+    post: dict[str, str] = {}
+    for tag in re.findall(r"<input [^>]*>", html):
+        name = re.search(r'name="([^"]+)"', tag)
+        if not name or 'type="file"' in tag:
+            continue
+        if 'type="checkbox"' in tag:
+            if " checked" in tag:
+                post[name.group(1)] = "1"
+            continue
+        value = re.search(r'value="([^"]*)"', tag)
+        post[name.group(1)] = value.group(1).replace("&quot;", '"').replace("&#x27;", "'").replace("&amp;", "&") if value else ""
+    for name, body in re.findall(r'<select id="[^"]*" name="([^"]+)">(.*?)</select>', html, flags=re.S):
+        selected = re.search(r'<option value="([^"]*)" selected', body) or re.search(r'<option value="([^"]*)"', body)
+        post[name] = selected.group(1).replace("&quot;", '"')
+    return post
+
+
+def test_sign_in_page_and_redirect(alice):
+    client = Client()
+    assert client.get("/").status_code == 302
+    page = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice-123456"})
+    assert page.status_code == 302
+    assert "Projects" in client.get("/").content.decode()
+
+
+def test_editor_renders_the_schema_form_and_saves_a_valid_config(browser, project):
+    page = browser.get(f"/projects/{project.pk}/experiments/new/")
+    html = page.content.decode()
+    assert 'name="actor_train.training_args.learning_rate"' in html and "<legend>Batch sizes</legend>" in html
+    post = form_fields(html)
+    post.update({"name": "from the form", "editor_mode": "form", "rollout_batch_size": "32"})
+    response = browser.post(f"/projects/{project.pk}/experiments/new/", post)
+    assert response.status_code == 302, re.findall(r'<ul id="all-errors".*?</ul>', response.content.decode(), re.S)
+    experiment = Experiment.objects.get(name="from the form")
+    assert experiment.config["rollout_batch_size"] == 32
+    assert experiment.config["actor_train"]["training_args"]["learning_rate"] == 0.002
+
+
+def test_editor_shows_errors_inline_and_saves_nothing(browser, project):
+    post = form_fields(browser.get(f"/projects/{project.pk}/experiments/new/").content.decode())
+    post.update({"name": "bad", "editor_mode": "form", "actor_train.training_args.learning_rate": "-1",
+                 "rollout_batch_size": "lots"})
+    html = browser.post(f"/projects/{project.pk}/experiments/new/", post).content.decode()
+    field = re.search(r'data-errors-for="rollout_batch_size"\s*>(.*?)</ul>', html, re.S)
+    assert field and "expected a whole number" in field.group(1)
+    assert 'value="lots"' in html  # what the user typed stays in the input
+    assert not Experiment.objects.exists()
+    post["rollout_batch_size"] = "16"
+    html = browser.post(f"/projects/{project.pk}/experiments/new/", post).content.decode()
+    field = re.search(r'data-errors-for="actor_train.training_args.learning_rate"\s*>(.*?)</ul>', html, re.S)
+    assert field and "greater than 0" in field.group(1)
+
+
+def test_yaml_tab_imports_a_foreign_format_and_fills_the_form(browser, project, demo_yaml):
+    verl = {"data": {"train_batch_size": 8}, "algorithm": {"adv_estimator": "grpo"},
+            "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}}, "trainer": {"total_epochs": 1}}
+    response = browser.post("/editor/check/", {"editor_mode": "yaml", "config_yaml": yaml.safe_dump(verl), "render_form": "1"})
+    body = response.json()
+    assert body["source_format"] == "verl"  # detected; the importer's errors and warnings come back by field
+    assert body["ok"] or body["errors"]
+    assert 'name="rollout_batch_size"' in body["form_html"]
+    native = browser.post("/editor/check/", {"editor_mode": "yaml", "config_yaml": demo_yaml, "render_form": "1"}).json()
+    assert native["ok"] and native["derived"]["actor_train.global_train_batch"] == 64
+    assert 'value="16"' in re.search(r'name="rollout_batch_size"[^>]*>', native["form_html"]).group(0)
+    saved = browser.post(f"/projects/{project.pk}/experiments/new/",
+                         {"name": "from yaml", "editor_mode": "yaml", "config_yaml": demo_yaml, "source_format": "auto"})
+    assert saved.status_code == 302 and Experiment.objects.get(name="from yaml").source_text == demo_yaml
+
+
+def test_experiment_page_launches_a_run(browser, alice, team_a, make_experiment, django_capture_on_commit_callbacks):
+    experiment = make_experiment(alice, team_a)
+    page = browser.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert 'id="launch"' in page and "rollout_batch_size: 16" in page
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = browser.post(f"/experiments/{experiment.pk}/launch/", {"overrides": "max_steps=3"})
+    run = Run.objects.get(experiment=experiment)
+    assert response.status_code == 302 and response["Location"].rstrip("/").endswith(str(run.pk))
+    assert run.overrides == ["max_steps=3"] and len(callbacks) == 1
+    status = browser.get(f"/runs/{run.pk}/status/", HTTP_ACCEPT="application/json").json()
+    assert status["status"] == "queued"
+
+
+def test_bootstrap_demo_is_idempotent(db):
+    out = StringIO()
+    call_command("bootstrap_demo", stdout=out)
+    call_command("bootstrap_demo", stdout=StringIO())
+    assert "user: demo" in out.getvalue() and "password: demo-password" in out.getvalue()
+    assert Experiment.objects.filter(name="demo_grpo_cpu").count() == 1
+    assert Client().login(username="demo", password="demo-password")
+
+
+def test_projects_are_created_in_your_own_teams_only(browser, team_a, team_b, victor):
+    assert browser.post("/projects/new/", {"name": "p1", "team": team_a.pk}).status_code == 302
+    assert Project.objects.filter(team=team_a, name="p1").exists()
+    browser.post("/projects/new/", {"name": "p2", "team": team_b.pk})
+    assert not Project.objects.filter(name="p2").exists()
+    viewer = Client()
+    viewer.force_login(victor)
+    assert viewer.post("/projects/new/", {"name": "p3", "team": team_a.pk}).status_code == 403

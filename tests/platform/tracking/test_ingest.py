@@ -1,0 +1,176 @@
+"""Ingest from real Redis Streams and JSONL files: idempotent, resume-aware, gap-free."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from policylab.experiments.models import RunStatus
+from policylab.tracking.ingest import EventError, ingest_events, parse_event
+from policylab.tracking.models import (
+    Checkpoint,
+    IngestCursor,
+    LogLine,
+    MetricPoint,
+    RolloutSample,
+    SystemPoint,
+)
+from policylab.tracking.streams import GROUP, StreamIngestor, stream_name
+from tests.platform.tracking.conftest import event
+
+pytestmark = pytest.mark.django_db
+
+
+def run_events(run_id, steps: int = 6, attempt: int = 1, first_seq: int = 1, first_step: int = 1, scale: float = 1.0) -> list[dict]:
+    """A small run: status, then per step metrics + rollouts + system, a checkpoint every 3 steps, logs."""
+    out, seq = [], first_seq
+    out.append(event("status", run_id, seq, first_step - 1, {"state": "running", "step": first_step - 1, "total_steps": 20, "eta_s": 30.0, "message": ""}, attempt))
+    for step in range(first_step, first_step + steps):
+        seq += 1
+        out.append(event("metrics", run_id, seq, step, {"values": {"reward/mean": scale * step, "actor/pg_loss": -step / 10, "actor/kl": float("nan") if step == 2 else 0.01}}, attempt))
+        seq += 1
+        samples = [{"prompt": f"p{g}", "response": f"answer {step}-{g}-{i}", "reward": float(i), "advantage": i - 0.5,
+                    "prompt_length": 3, "response_length": 5 + i, "stop_reason": "eos" if i else "length",
+                    "group_id": g, "sample_index": i} for g in range(2) for i in range(2)]
+        out.append(event("rollouts", run_id, seq, step, {"samples": samples}, attempt))
+        seq += 1
+        out.append(event("system", run_id, seq, step, {"values": {"cpu/percent": 50.0 + step, "memory/rss_gb": 1.5}}, attempt))
+        if step % 3 == 0:
+            seq += 1
+            out.append(event("checkpoint", run_id, seq, step, {"step": step, "path": f"/runs/ck/step_{step}", "size_bytes": 1024, "contents": ["model", "optimizer"]}, attempt))
+        seq += 1
+        out.append(event("log", run_id, seq, step, {"level": "info", "lines": [f"step {step} done", "second line"]}, attempt))
+    seq += 1
+    out.append(event("status", run_id, seq, first_step + steps - 1, {"state": "running", "step": first_step + steps - 1, "total_steps": 20, "eta_s": 12.5, "message": ""}, attempt))
+    return out
+
+
+def xadd_all(client, run_id, events: list[dict]) -> str:
+    key = stream_name(run_id)
+    for e in events:
+        client.xadd(key, {"event": json.dumps(e)})
+    return key
+
+
+def drain(ingestor: StreamIngestor) -> int:
+    total = 0
+    while n := ingestor.read_once():
+        total += n
+    return total
+
+
+def snapshot_rows(run) -> dict:
+    return {
+        "metrics": sorted(MetricPoint.objects.filter(run=run).values_list("key", "step", "value", "attempt")),
+        "rollouts": RolloutSample.objects.filter(run=run).count(),
+        "checkpoints": list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)),
+        "logs": LogLine.objects.filter(run=run).count(),
+        "system": SystemPoint.objects.filter(run=run).count(),
+    }
+
+
+@pytest.fixture
+def ingestor(redis_client):
+    ing = StreamIngestor(redis_client, consumer=f"test-{uuid.uuid4().hex[:6]}", block_ms=50)
+    yield ing
+    for key in ing.streams:
+        redis_client.delete(key)
+
+
+def test_stream_and_jsonl_replayed_twice_leave_one_point_per_key_and_step(make_run, redis_client, ingestor, tmp_path: Path) -> None:
+    run = make_run()
+    events = run_events(run.pk)
+    key = xadd_all(redis_client, run.pk, events)
+    ingestor.streams.discard(key)  # force a fresh group from id 0 each replay
+    assert drain(ingestor) == len(events)
+    first = snapshot_rows(run)
+    assert len(first["metrics"]) == 3 * 6
+    assert first["rollouts"] == 6 * 4 and first["checkpoints"] == [3, 6] and first["logs"] == 12 and first["system"] == 12
+    assert redis_client.xpending(key, GROUP)["pending"] == 0  # everything acked after commit
+
+    # Replay the whole stream twice (a new consumer group reads it from the start each time) ...
+    for _ in range(2):
+        redis_client.xgroup_destroy(key, GROUP)
+        ingestor.streams = set()
+        assert drain(ingestor) == len(events)
+    # ... and the JSONL file twice.
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    for _ in range(2):
+        call_command("import_events", str(run.pk), str(path), "--no-publish")
+    assert snapshot_rows(run) == first
+    assert MetricPoint.objects.get(run=run, key="actor/kl", step=2).value is None  # NaN stored as a gap
+    run.refresh_from_db()
+    assert (run.status, run.current_step, run.total_steps, run.eta_seconds) == (RunStatus.RUNNING, 6, 20, 12.5)
+    assert IngestCursor.objects.get(run=run).last_seq == events[-1]["seq"]
+
+
+def test_resumed_attempt_overwrites_steps_and_old_replays_never_roll_back(make_run) -> None:
+    run = make_run()
+    attempt1 = run_events(run.pk, steps=6)
+    ingest_events(attempt1, publish=False)
+    # Attempt 2 resumes from the checkpoint of step 3 and re-emits steps 4..8 with other values.
+    attempt2 = run_events(run.pk, steps=5, attempt=2, first_seq=attempt1[-1]["seq"] + 1, first_step=4, scale=10.0)
+    ingest_events(attempt2, publish=False)
+    rewards = dict(MetricPoint.objects.filter(run=run, key="reward/mean").values_list("step", "value"))
+    assert rewards == {1: 1.0, 2: 2.0, 3: 3.0, 4: 40.0, 5: 50.0, 6: 60.0, 7: 70.0, 8: 80.0}
+    # A late replay of attempt 1 (old seqs) must not undo attempt 2.
+    ingest_events(attempt1, publish=False)
+    assert dict(MetricPoint.objects.filter(run=run, key="reward/mean").values_list("step", "value")) == rewards
+    assert set(RolloutSample.objects.filter(run=run, step=5).values_list("attempt", flat=True)) == {2}
+    assert MetricPoint.objects.filter(run=run).count() == 3 * 8
+
+
+def test_gap_in_seq_is_backfilled_from_the_run_directory(make_run, runs_dir) -> None:
+    run = make_run()
+    events = run_events(run.pk, steps=6)
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    ingest_events(events[:5], publish=False)
+    # events[5:8] and events[12:15] never reached the stream: a leading and an inner gap.
+    ingest_events(events[8:12] + events[15:], publish=False)
+    assert MetricPoint.objects.filter(run=run, key="reward/mean").count() == 6
+    assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == [3, 6]
+    assert LogLine.objects.filter(run=run).count() == 12
+
+
+def test_entries_of_a_dead_consumer_are_claimed_and_stored(make_run, redis_client, ingestor) -> None:
+    run = make_run()
+    events = run_events(run.pk, steps=3)
+    key = xadd_all(redis_client, run.pk, events)
+    ingestor.discover()
+    # A consumer reads everything and dies before acking.
+    redis_client.xreadgroup(GROUP, "dead-consumer", {key: ">"}, count=1000)
+    assert drain(ingestor) == 0 and MetricPoint.objects.filter(run=run).count() == 0
+    ingestor.claim_idle_ms = 0
+    assert ingestor.claim_stale() == len(events)
+    assert MetricPoint.objects.filter(run=run).count() == 9
+    assert redis_client.xpending(key, GROUP)["pending"] == 0
+
+
+def test_bad_events_are_reported_by_field_and_skipped(make_run, redis_client, ingestor) -> None:
+    with pytest.raises(EventError, match="'seq' is missing"):
+        parse_event({"type": "metrics", "run_id": "1", "attempt": 1, "step": 0, "time": 0.0, "data": {}})
+    with pytest.raises(EventError, match="valid types"):
+        parse_event(json.dumps(event("weather", 1, 1, 0, {})))
+    run = make_run()
+    key = stream_name(run.pk)
+    redis_client.xadd(key, {"event": "{not json"})
+    redis_client.xadd(key, {"event": json.dumps(event("metrics", run.pk, 1, 1, {"values": {"reward/mean": 1.0}}))})
+    assert drain(ingestor) == 1
+    assert MetricPoint.objects.filter(run=run).count() == 1
+    assert redis_client.xpending(key, GROUP)["pending"] == 0
+
+
+def test_import_events_rejects_unknown_runs_and_files(make_run, tmp_path: Path) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="run 999999 does not exist"):
+        call_command("import_events", "999999", str(tmp_path / "x.jsonl"))
+    run = make_run()
+    with pytest.raises(CommandError, match="no such file"):
+        call_command("import_events", str(run.pk), str(tmp_path / "missing.jsonl"))

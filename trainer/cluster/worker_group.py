@@ -1,0 +1,237 @@
+"""Worker groups: one Ray actor per rank of a role, driven by the single controller.
+
+A worker class is a plain Python class constructed as `worker_cls(role, *init_args, rank,
+world_size)`. `WorkerGroup` hosts one instance per rank in a Ray actor placed in the role's
+`ResourcePool`; `LocalWorkerGroup` hosts a single one in the calling process. Both expose the same
+calls, and a failure on any rank surfaces at once as a `WorkerGroupError` naming role and rank.
+torch is imported only where a process group is set up, so light workers start fast.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from trainer.cluster import distributed as dist_setup
+from trainer.cluster.resources import ResourcePool
+
+
+class WorkerGroupError(RuntimeError):
+    def __init__(self, role: str, rank: int | None, method: str, message: str) -> None:
+        where = f"role {role!r} rank {rank}" if rank is not None else f"role {role!r}"
+        super().__init__(f"{where}: {method} failed: {message}")
+        self.role, self.rank, self.method = role, rank, method
+
+
+def shard_batch(batch: Mapping[str, Any], parts: int) -> list[dict[str, Any]]:
+    """Split every value (tensor or list) along dim 0 into `parts` equal contiguous shards."""
+    sizes = {key: len(value) for key, value in batch.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"call_sharded: batch values differ in length along dim 0: {sizes}")
+    rows = next(iter(sizes.values()), 0)
+    if rows % parts:
+        raise ValueError(
+            f"call_sharded: {rows} rows do not split evenly over {parts} ranks (sizes {sizes}); "
+            f"make the batch a multiple of {parts} (padding is not done implicitly)"
+        )
+    per_rank = rows // parts
+    return [{key: value[r * per_rank : (r + 1) * per_rank] for key, value in batch.items()} for r in range(parts)]
+
+
+class WorkerHost:
+    """The Ray actor body: joins the process group (if asked), then builds the worker."""
+
+    def __init__(self) -> None:
+        self.worker: Any = None
+
+    def node(self) -> tuple[str, str, int]:
+        """(node id, node IP, a free port on that node)."""
+        return ray.get_runtime_context().get_node_id(), dist_setup.node_ip_address(), dist_setup.find_free_port()
+
+    def start(
+        self,
+        worker_cls: type,
+        role: str,
+        init_args: tuple,
+        rank: int,
+        world_size: int,
+        rendezvous: dict[str, Any] | None,
+    ) -> None:
+        if rendezvous is not None:
+            dist_setup.init_process_group(rank=rank, world_size=world_size, **rendezvous)
+        self.worker = worker_cls(role, *init_args, rank, world_size)
+
+    def call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        return getattr(self.worker, method)(*args, **kwargs)
+
+
+class WorkerGroup:
+    """`world_size` Ray actors of `worker_cls` for `role`, placed in `pool`.
+
+    distributed=True: every actor joins one torch.distributed group (gloo on CPU, nccl on GPU)
+    with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK exported, before the worker is built.
+    `timeout_s` bounds every call (None: wait as long as the ranks work; an error on any rank still
+    surfaces at once); `backend_timeout_minutes` bounds a collective (the role's backend_timeout);
+    `env_vars` (the role's system_envs) are set in the actors. After a WorkerGroupError the other ranks may be stuck in a collective:
+    shut the group down.
+    """
+
+    def __init__(
+        self,
+        worker_cls: type,
+        role: str,
+        pool: ResourcePool,
+        init_args: tuple = (),
+        *,
+        distributed: bool = False,
+        env_vars: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        start_timeout_s: float = 300.0,
+        backend_timeout_minutes: float = 30.0,
+    ) -> None:
+        self.role, self.pool, self.timeout_s = role, pool, timeout_s
+        placement = pool.placement(role)
+        self.world_size = placement.world_size
+        group = pool.acquire()
+        actor_cls = ray.remote(WorkerHost)
+        # A runtime_env of its own makes Ray start fresh worker processes instead of reusing the
+        # prestarted ones: only when there are variables to set.
+        runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
+        self.actors = []
+        for rank in range(self.world_size):
+            strategy = PlacementGroupSchedulingStrategy(
+                placement_group=group, placement_group_bundle_index=placement.bundle_index[rank]
+            )
+            options = pool.actor_resources(role, rank)
+            self.actors.append(
+                actor_cls.options(**options, scheduling_strategy=strategy, runtime_env=runtime_env).remote()
+            )
+        try:
+            if distributed:
+                rendezvous = self._rendezvous(start_timeout_s, backend_timeout_minutes)
+            else:
+                rendezvous = [None] * self.world_size
+            starts = [
+                actor.start.remote(worker_cls, role, tuple(init_args), rank, self.world_size, rendezvous[rank])
+                for rank, actor in enumerate(self.actors)
+            ]
+            self._gather(starts, "start", start_timeout_s)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _rendezvous(self, timeout_s: float, backend_timeout_minutes: float) -> list[dict[str, Any]]:
+        """Rank 0's node address and a free port on it; LOCAL_RANK = order among same-node ranks."""
+        nodes = self._gather([actor.node.remote() for actor in self.actors], "start", timeout_s)
+        _, master_addr, master_port = nodes[0]
+        seen: dict[str, int] = {}
+        result = []
+        for node_id, _, _ in nodes:
+            local_rank = seen.get(node_id, 0)
+            seen[node_id] = local_rank + 1
+            result.append(
+                {
+                    "master_addr": master_addr,
+                    "master_port": master_port,
+                    "local_rank": local_rank,
+                    "timeout_minutes": backend_timeout_minutes,
+                }
+            )
+        return result
+
+    def _gather(self, refs: Sequence[ray.ObjectRef], method: str, timeout_s: float | None) -> list:
+        """Results in rank order; raises on the first failing rank rather than waiting for all."""
+        pending = {ref: rank for rank, ref in enumerate(refs)}
+        results: list[Any] = [None] * len(refs)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
+            if not ready:
+                raise WorkerGroupError(
+                    self.role, None, method, f"no answer after {timeout_s:g} s from ranks {sorted(pending.values())}"
+                )
+            for ref in ready:
+                rank = pending.pop(ref)
+                try:
+                    results[rank] = ray.get(ref)
+                except ray.exceptions.RayTaskError as error:
+                    cause = error.cause if error.cause is not None else error
+                    raise WorkerGroupError(self.role, rank, method, f"{type(cause).__name__}: {cause}") from error
+                except ray.exceptions.RayError as error:  # the actor died (OOM, segfault, killed)
+                    raise WorkerGroupError(self.role, rank, method, f"{type(error).__name__}: {error}") from error
+        return results
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+        """The same call on every rank; results in rank order."""
+        return self._gather([a.call.remote(method, args, kwargs) for a in self.actors], method, self.timeout_s)
+
+    def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
+        """Rank r gets the r-th equal contiguous slice (along dim 0) of every value in `batch`."""
+        shards = shard_batch(batch, self.world_size)
+        refs = [a.call.remote(method, (shard,), kwargs) for a, shard in zip(self.actors, shards, strict=True)]
+        return self._gather(refs, method, self.timeout_s)
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Only rank 0 (a method without collectives, or the group would wait on the others)."""
+        return self._gather([self.actors[0].call.remote(method, args, kwargs)], method, self.timeout_s)[0]
+
+    def shutdown(self) -> None:
+        """Kill the actors and give the pool back (its placement group goes with its last user)."""
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        if self.actors:
+            self.actors = []
+            self.pool.release()
+
+
+class LocalWorkerGroup:
+    """The same calls on one worker (rank 0 of 1) in this process: tests, debugging, CPU demos.
+
+    distributed=True sets up a one-rank gloo/nccl group when none exists, so fsdp2_train runs too.
+    """
+
+    def __init__(
+        self,
+        worker_cls: type,
+        role: str,
+        pool: ResourcePool | None = None,
+        init_args: tuple = (),
+        *,
+        distributed: bool = False,
+    ) -> None:
+        self.role, self.pool, self.world_size = role, pool, 1
+        self.owns_process_group = distributed and not dist_setup.is_initialized()
+        if self.owns_process_group:
+            dist_setup.init_process_group(
+                rank=0, world_size=1, master_addr="127.0.0.1", master_port=dist_setup.find_free_port()
+            )
+        try:
+            self.worker = worker_cls(role, *init_args, 0, 1)
+        except Exception as error:
+            self.shutdown()
+            raise WorkerGroupError(role, 0, "start", f"{type(error).__name__}: {error}") from error
+
+    def _call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        try:
+            return getattr(self.worker, method)(*args, **kwargs)
+        except Exception as error:
+            raise WorkerGroupError(self.role, 0, method, f"{type(error).__name__}: {error}") from error
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+        return [self._call(method, args, kwargs)]
+
+    def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
+        return [self._call(method, (shard_batch(batch, 1)[0],), kwargs)]
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._call(method, args, kwargs)
+
+    def shutdown(self) -> None:
+        if self.owns_process_group:
+            dist_setup.destroy_process_group()
+            self.owns_process_group = False

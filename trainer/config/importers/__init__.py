@@ -1,0 +1,97 @@
+"""Recognise the format of a raw config and translate it into the native (ROLL-layout) schema.
+
+`detect_and_translate` is the one entry point: validate_config / load_config call it on every
+loaded file, the web app calls it for "import a file", and `python -m trainer import` wraps it.
+Each foreign format is a module with NAME, SIGNATURE (its top-level sections), REQUIRED (the
+sections that identify it), DEFAULTS (its own defaults where ours differ), RULES and finish().
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from trainer.config.importers import rlinf, skyrl, verl
+from trainer.config.importers.rules import Rule, Translation, apply_rules
+from trainer.config.issues import ConfigIssue
+from trainer.config.loading import FOREIGN_TOP_LEVEL_KEYS
+from trainer.config.schema import PipelineConfig
+
+logger = logging.getLogger(__name__)
+
+IMPORTERS: dict[str, ModuleType] = {"verl": verl, "skyrl": skyrl, "rlinf": rlinf}
+SOURCE_FORMATS: tuple[str, ...] = ("auto", "roll", *IMPORTERS)
+ROLL_SIGNATURE = ("actor_train", "actor_infer")
+
+
+def signatures_text() -> str:
+    lines = [f"roll (native): {', '.join(ROLL_SIGNATURE)} (and pipeline keys such as rollout_batch_size)"]
+    for name, module in IMPORTERS.items():
+        lines.append(f"{name}: needs {' + '.join(module.REQUIRED)}; sections {', '.join(module.SIGNATURE)}")
+    return "; ".join(lines)
+
+
+def detect_format(raw: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(format, "") when the top-level keys identify exactly one format, else (None, why)."""
+    keys = set(raw)
+    matches = [name for name, module in IMPORTERS.items() if set(module.REQUIRED) <= keys]
+    if keys & set(ROLL_SIGNATURE):
+        matches.append("roll")
+    if len(matches) == 1:
+        return matches[0], ""
+    if len(matches) > 1:
+        return None, (f"ambiguous: the top-level keys match {' and '.join(matches)}; pass --from to choose. "
+                      f"Signatures: {signatures_text()}")
+    foreign_only = sorted(keys & (FOREIGN_TOP_LEVEL_KEYS - set(PipelineConfig.model_fields)))
+    if foreign_only:
+        return None, (f"unrecognised format: top-level sections {', '.join(foreign_only)} match no complete "
+                      f"signature. Signatures: {signatures_text()}")
+    return "roll", ""
+
+
+def _merge_defaults(defaults: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(defaults))
+    for key, value in raw.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge_defaults(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def translate(raw: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], list[ConfigIssue]]:
+    """Translate a resolved foreign config with the importer named `fmt`."""
+    module = IMPORTERS[fmt]
+    t = Translation(raw=_merge_defaults(module.DEFAULTS, raw), fmt=fmt, given=dict(raw))
+    apply_rules(t, module.RULES)
+    if not any(issue.severity == "error" for issue in t.issues):
+        module.finish(t)
+    return t.native, t.issues
+
+
+def rules_of(fmt: str) -> list[Rule]:
+    return list(IMPORTERS[fmt].RULES)
+
+
+def detect_and_translate(
+    raw: dict[str, Any], source_format: str = "auto"
+) -> tuple[dict[str, Any], str, list[ConfigIssue]]:
+    """Return (native raw dict, detected format, issues). Native ROLL configs pass through unchanged."""
+    if source_format not in SOURCE_FORMATS:
+        issue = ConfigIssue("", f"unknown source format {source_format!r}; choose one of {', '.join(SOURCE_FORMATS)}")
+        return raw, "roll", [issue]
+    if source_format == "auto":
+        fmt, why = detect_format(raw)
+        if fmt is None:
+            return raw, "roll", [ConfigIssue("", why)]
+    else:
+        fmt = source_format
+    if fmt == "roll":
+        return raw, fmt, []
+    native, issues = translate(raw, fmt)
+    warnings = sum(1 for issue in issues if issue.severity == "warning")
+    logger.warning("notice: read as a %s config and translated into the native schema (%d warning(s))", fmt, warnings)
+    return native, fmt, issues

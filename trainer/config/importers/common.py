@@ -1,0 +1,132 @@
+"""Steps every importer shares after its rules ran: strategy clean-up and role defaults."""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+from trainer.config.importers.rules import Translation, leaves, lookup, pop_path
+from trainer.config.schema import STRATEGY_CONFIG_MODELS
+
+# The same engine setting under another name in SGLang's config.
+SGLANG_NAMES = {
+    "tensor_parallel_size": "tp_size",
+    "gpu_memory_utilization": "mem_fraction_static",
+    "max_model_len": "context_length",
+    "max_num_seqs": "max_running_requests",
+}
+ROLES = ("actor_train", "actor_infer", "reference", "critic", "validation")
+
+
+def role_sections(t: Translation) -> dict[str, dict[str, Any]]:
+    out = {role: t.native[role] for role in ROLES if isinstance(t.native.get(role), dict)}
+    for name, section in (t.native.get("rewards") or {}).items():
+        out[f"rewards.{name}"] = section
+    return out
+
+
+def settle_strategies(t: Translation) -> None:
+    """Give each strategy_config only the settings its strategy has; report the others with their source.
+
+    A foreign file may carry settings of several backends (FSDP and Megatron, vLLM and SGLang); only the
+    chosen backend's apply."""
+    for role, section in role_sections(t).items():
+        args = section.get("strategy_args")
+        if not isinstance(args, dict):
+            continue
+        name = args.get("strategy_name")
+        cfg = args.get("strategy_config") or {}
+        if name is None:
+            if cfg:
+                for key in list(cfg):
+                    source = t.origin.get(f"{role}.strategy_args.strategy_config.{key}", role)
+                    t.warn(source, f"not imported: no backend chosen for {role}")
+            section.pop("strategy_args")
+            continue
+        model = STRATEGY_CONFIG_MODELS[name]
+        if name == "sglang":
+            for ours, theirs in SGLANG_NAMES.items():
+                if ours in cfg and theirs not in cfg:
+                    cfg[theirs] = cfg.pop(ours)
+                    _move_origin(t, f"{role}.strategy_args.strategy_config", ours, theirs)
+            if "enforce_eager" in cfg:
+                cfg["disable_cuda_graph"] = cfg.pop("enforce_eager")
+                _move_origin(t, f"{role}.strategy_args.strategy_config", "enforce_eager", "disable_cuda_graph")
+        for key in list(cfg):
+            if key not in model.model_fields:
+                value = cfg.pop(key)
+                source = t.origin.get(f"{role}.strategy_args.strategy_config.{key}", f"{role}.{key}")
+                t.warn(source, f"= {value!r} not imported: applies only to another backend; {role} runs {name}, "
+                       f"which has no {key} setting")
+        args["strategy_config"] = cfg
+
+
+def _move_origin(t: Translation, base: str, old: str, new: str) -> None:
+    if f"{base}.{old}" in t.origin:
+        t.origin[f"{base}.{new}"] = t.origin.pop(f"{base}.{old}")
+
+
+def fill_model_paths(t: Translation, roles: tuple[str, ...]) -> None:
+    """Roles without their own model load the policy model (`pretrain`), as `${pretrain}` would."""
+    pretrain = t.native.get("pretrain")
+    for role in roles:
+        if pretrain is None or role not in t.native:
+            continue
+        found, _ = lookup(t.native, f"{role}.model_args.model_name_or_path")
+        if not found:
+            t.native[role].setdefault("model_args", {})["model_name_or_path"] = pretrain
+
+
+def drop_unused_reference(t: Translation) -> None:
+    """The reference model only exists when some KL term needs it (as in verl and SkyRL)."""
+    uses_kl = t.native.get("use_kl_loss") or t.native.get("add_token_level_kl")
+    if not uses_kl and "reference" in t.native:
+        ref = pop_path(t.native, "reference")
+        if isinstance(ref, dict):
+            for path, source in list(t.origin.items()):
+                if path.startswith("reference.") and t.raw is not None:
+                    t.warn(source, "not imported: no KL term is enabled, so no reference model is created")
+                    t.origin.pop(path)
+
+
+def positive_interval(value: Any) -> Any:
+    """verl/SkyRL/RLinf write -1 for "never"; the native eval_steps treats <= 0 as disabled too."""
+    return value if value > 0 else -1
+
+
+def fit_to_model(t: Translation, value: Any, model: Any, source: str) -> Any:
+    """Keep the keys of a nested mapping that `model` (a config section) knows; report the others."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        field = model.model_fields.get(key)
+        if field is None:
+            t.warn(f"{source}.{key}", f"= {item!r} not imported: no such setting in the native "
+                   f"{model.__name__} (known: {', '.join(model.model_fields)})")
+            continue
+        sub = next((m for m in _section_models(field.annotation)), None)
+        out[key] = fit_to_model(t, item, sub, f"{source}.{key}") if sub is not None else item
+    return out
+
+
+def _section_models(annotation: Any) -> list[Any]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _section_models(arg)]
+
+
+def warn_unused(t: Translation, prefix: str, why: str) -> None:
+    """Report every set key under `prefix` of the source file as not imported, and forget what it set."""
+    found, node = lookup(t.given, prefix)
+    if not found or node is None:
+        return
+    items = leaves(node, {}, f"{prefix}.") if isinstance(node, dict) else iter([(prefix, node)])
+    for path, value in items:
+        if value is not None and value != {}:
+            t.warn(path, f"= {value!r} not imported: {why}")
+    for path, source in list(t.origin.items()):
+        if source == prefix or source.startswith(f"{prefix}."):
+            t.origin.pop(path)

@@ -1,0 +1,199 @@
+"""The table-driven translation engine shared by the verl, SkyRL and RLinf importers.
+
+Each importer is a list of `Rule`s (source key -> native key + optional converter) plus a small
+`finish` function for the values that need arithmetic across keys (batch sizes, device layouts).
+The engine walks the foreign file, applies the rules, and turns everything it cannot place into
+ConfigIssues: unknown keys are errors naming the closest documented key, keys without a native
+home are warnings carrying the value and the reason. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.config.issues import ConfigIssue
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One documented key of a foreign framework and where its value goes in the native schema.
+
+    - `target` set, `derived` false: the (converted) value is written to the native path.
+    - `derived` true: `finish` computes native values from it (target names where it lands).
+    - `target` None: no native home; a warning reports the value and `note` unless the value is
+      None or equals `implied` (the behaviour the native trainer has anyway).
+    `example` is a distinctive valid value used by the tests and the docs.
+    """
+
+    source: str
+    target: str | None
+    example: Any
+    convert: Callable[[Any], Any] | None = None
+    note: str = ""
+    implied: Any = UNSET
+    derived: bool = False
+
+
+@dataclass
+class Translation:
+    """The state of one translation: the native dict being built and the issues found."""
+
+    raw: dict[str, Any]  # the source file on top of the framework's defaults
+    fmt: str
+    given: dict[str, Any] = field(default_factory=dict)  # the source file as written
+    native: dict[str, Any] = field(default_factory=dict)
+    issues: list[ConfigIssue] = field(default_factory=list)
+    origin: dict[str, str] = field(default_factory=dict)  # native path -> source key that set it
+
+    def get(self, path: str, default: Any = None) -> Any:
+        """The source file's value at a dotted path (None when unset)."""
+        found, value = lookup(self.raw, path)
+        return value if found and value is not None else default
+
+    def has(self, path: str) -> bool:
+        found, value = lookup(self.raw, path)
+        return found and value is not None
+
+    def written(self, path: str) -> bool:
+        """Whether the source file itself (not a framework default) sets this key."""
+        found, value = lookup(self.given, path)
+        return found and value is not None
+
+    def set(self, path: str, value: Any, source: str) -> None:
+        """Write a native value; a second source disagreeing with the first is reported, the first wins."""
+        found, current = lookup(self.native, path)
+        if found and current != value and path in self.origin:
+            self.warn(source, f"= {value!r} conflicts with {self.origin[path]} (= {current!r}), which sets "
+                      f"{path}; kept {current!r}")
+            return
+        set_path(self.native, path, value)
+        self.origin.setdefault(path, source)
+
+    def error(self, path: str, message: str) -> None:
+        self.issues.append(ConfigIssue(path, message, "error"))
+
+    def warn(self, path: str, message: str) -> None:
+        self.issues.append(ConfigIssue(path, message, "warning"))
+
+
+def lookup(tree: Mapping[str, Any], path: str) -> tuple[bool, Any]:
+    node: Any = tree
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[parts[-1]] = value
+
+
+def pop_path(tree: dict[str, Any], path: str) -> Any:
+    parts = path.split(".")
+    found, parent = lookup(tree, ".".join(parts[:-1])) if len(parts) > 1 else (True, tree)
+    if found and isinstance(parent, dict):
+        return parent.pop(parts[-1], None)
+    return None
+
+
+def leaves(raw: Mapping[str, Any], rules: Mapping[str, Rule], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every key in `raw`; a key named by a rule is one leaf even if it holds a
+    mapping, and mappings no rule reaches into are reported whole (as one unknown key)."""
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        if path in rules or not isinstance(value, Mapping) or not value:
+            yield path, value
+        else:
+            yield from leaves(value, rules, f"{path}.")
+
+
+def closest_key(path: str, known: Sequence[str]) -> str | None:
+    """The documented key nearest to a misspelt one: same parent first, then anywhere."""
+    parent, _, last = path.rpartition(".")
+    siblings = [k for k in known if k.rpartition(".")[0] == parent]
+    names = {k.rpartition(".")[2]: k for k in siblings}
+    close = difflib.get_close_matches(last, list(names), n=1, cutoff=0.6)
+    if close:
+        return names[close[0]]
+    close = difflib.get_close_matches(path, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def apply_rules(t: Translation, rules: Sequence[Rule]) -> None:
+    """Map every key of `t.raw` with its rule; unknown keys become errors, homeless ones warnings."""
+    by_source = {rule.source: rule for rule in rules}
+    known = list(by_source)
+    for path, value in leaves(t.raw, by_source):
+        rule = by_source.get(path)
+        if rule is None:
+            if any(k.startswith(f"{path}.") for k in known) and (value is None or value == {}):
+                continue  # an empty section such as `critic:` with nothing in it
+            close = closest_key(path, known)
+            hint = f"; did you mean {close}?" if close else ""
+            t.error(path, f"unknown key for {t.fmt}: {path.rpartition('.')[2]!r} is not a documented "
+                    f"{t.fmt} setting{hint}")
+            continue
+        if rule.derived or value is None:
+            continue
+        if rule.target is None:
+            if rule.implied is UNSET or value != rule.implied:
+                reason = rule.note or "no native equivalent"
+                t.warn(path, f"= {_short(value)} not imported: {reason}")
+            continue
+        try:
+            converted = rule.convert(value) if rule.convert else value
+        except (ValueError, TypeError) as exc:
+            t.error(path, str(exc))
+            continue
+        t.set(rule.target, converted, path)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# converters shared by the importers
+
+
+def choice(table: Mapping[Any, Any], what: str) -> Callable[[Any], Any]:
+    """A converter from the foreign names of `what` to native names; other values are errors."""
+
+    def convert(value: Any) -> Any:
+        key = value.lower() if isinstance(value, str) else value
+        if key not in table:
+            valid = ", ".join(str(k) for k in table)
+            raise ValueError(f"{value!r} is not a {what} this importer knows; valid: {valid}")
+        return table[key]
+
+    convert.__doc__ = ", ".join(f"{k} → {v}" for k, v in table.items())
+    return convert
+
+
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+          "float32": "fp32", "fp32": "fp32", "float": "fp32"}
+to_dtype = choice(DTYPES, "dtype")
+
+
+def devices(start: int, count: int) -> list[int]:
+    return list(range(start, start + count))

@@ -1,0 +1,524 @@
+"""verl (`ppo_trainer.yaml`) -> native schema.
+
+verl counts `ppo_mini_batch_size` in prompts (multiplied by `rollout.n` at run time) and
+`ppo_micro_batch_size_per_gpu` in samples per GPU; the native config counts both in samples per
+rank: per_device_train_batch_size = micro, gradient_accumulation_steps = mini × n / (micro × dp).
+verl's hybrid engine puts actor, rollout and reference (and critic) on all `nnodes × n_gpus_per_node`
+devices, taking turns: every role gets that whole device_mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.config.importers.common import (
+    drop_unused_reference,
+    fill_model_paths,
+    positive_interval,
+    settle_strategies,
+    warn_unused,
+)
+from trainer.config.importers.rules import Rule, Translation, choice, devices, to_dtype
+
+NAME = "verl"
+SIGNATURE = ("actor_rollout_ref", "data", "critic", "reward_model", "algorithm", "trainer")
+REQUIRED = ("actor_rollout_ref",)
+
+ARR = "actor_rollout_ref"
+TRAIN_STRATEGY = choice({"fsdp": "fsdp2_train", "fsdp2": "fsdp2_train", "megatron": "megatron_train"}, "strategy")
+ROLLOUT_ENGINE = choice({"vllm": "vllm", "sglang": "sglang", "hf": "hf_infer"}, "rollout name")
+LOAD_FORMAT = choice(
+    {"dummy_dtensor": "dummy", "dummy_hf": "dummy", "dummy_megatron": "dummy", "dtensor": "auto", "hf": "auto",
+     "megatron": "auto", "auto": "auto", "safetensors": "safetensors"},
+    "load_format",
+)
+WARMUP_STYLE = choice({"constant": "constant", "cosine": "cosine", "linear": "linear"}, "warmup_style")
+ADV_ESTIMATOR = choice(
+    {"gae": "gae", "grpo": "grpo", "reinforce_plus_plus": "reinforce_plus_plus",
+     "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "rloo": "rloo", "remax": "remax"},
+    "adv_estimator",
+)
+KL_ESTIMATOR = choice({"kl": "kl", "k1": "kl", "abs": "abs", "mse": "mse", "k2": "mse", "low_var_kl": "low_var_kl",
+                       "k3": "low_var_kl", "full": "full"}, "KL estimator")
+KL_CTRL = choice({"fixed": "fixed", "adaptive": "adaptive"}, "kl_ctrl type")
+TRUNCATION = choice({"error": "error", "left": "left", "right": "right"}, "truncation")
+LOSS_AGG = choice({m: m for m in ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
+                                  "seq-mean-token-sum-norm")}, "loss_agg_mode")
+
+NO_CODE = "code named in a config is never imported; models and tokenizers load from their path"
+NO_SP = "Ulysses sequence parallelism is not implemented; sequences stay whole on each rank"
+NO_PACKING = "padding-free (remove-padding) packing is not implemented; batches are padded"
+FSDP2_WRAP = "FSDP2 shards each decoder layer; the wrap policy is fixed"
+
+
+def _logger(value: Any) -> str:
+    names = [value] if isinstance(value, str) else list(value)
+    for ours in ("wandb", "swanlab", "tensorboard"):
+        if ours in names:
+            return ours
+    if "console" in names:
+        return "stdout"
+    raise ValueError(f"logger {value!r}: none of console, wandb, swanlab, tensorboard")
+
+
+def _not(value: bool) -> bool:
+    return not value
+
+
+def _warmup_steps(value: int) -> int:
+    return max(value, 0)  # verl: -1 means "use lr_warmup_steps_ratio", as 0 does here
+
+
+def _optim_rules(src: str, role: str) -> list[Rule]:
+    ta = f"{role}.training_args"
+    return [
+        Rule(f"{src}.lr", f"{ta}.learning_rate", 3e-6),
+        Rule(f"{src}.lr_warmup_steps", f"{ta}.warmup_steps", 7, _warmup_steps, "-1 (use the ratio) becomes 0"),
+        Rule(f"{src}.lr_warmup_steps_ratio", f"{ta}.warmup_ratio", 0.05),
+        Rule(f"{src}.min_lr_ratio", f"{ta}.min_lr_ratio", 0.1),
+        Rule(f"{src}.warmup_style", f"{ta}.lr_scheduler_type", "cosine", WARMUP_STYLE),
+        Rule(f"{src}.weight_decay", f"{ta}.weight_decay", 0.03),
+        Rule(f"{src}.total_training_steps", None, 77, implied=-1,
+             note="verl injects it at run time; here the schedule length follows max_steps"),
+    ]
+
+
+def _fsdp_rules(src: str, role: str, offload_keys: tuple[str, ...]) -> list[Rule]:
+    cfg = f"{role}.strategy_args.strategy_config"
+    rules = [
+        Rule(f"{src}.wrap_policy.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
+        Rule(f"{src}.wrap_policy.transformer_layer_cls_to_wrap", None, "Qwen2DecoderLayer", note=FSDP2_WRAP),
+        Rule(f"{src}.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
+        Rule(f"{src}.fsdp_size", f"{cfg}.fsdp_size", 4),
+    ]
+    rules += [
+        Rule(f"{src}.{key}", f"{cfg}.cpu_offload", True, derived=True,
+             note="FSDP2 offloads parameters, gradients and optimizer state together: cpu_offload = any of them")
+        for key in offload_keys
+    ]
+    return rules
+
+
+def _micro_rules(src: str, role: str, per_gpu: str, global_: str, target: str, what: str) -> list[Rule]:
+    return [
+        Rule(f"{src}.{per_gpu}", f"{role}.{target}", 4, derived=True, note=f"{what}, per GPU"),
+        Rule(f"{src}.{global_}", f"{role}.{target}", 32, derived=True,
+             note=f"deprecated global {what}: divided by the data-parallel size"),
+    ]
+
+
+RULES: list[Rule] = [
+    # data
+    Rule("data.tokenizer", None, "/models/tok", note="the tokenizer is loaded from the model path"),
+    Rule("data.train_files", "actor_train.data_args.file_name", "/data/train.parquet"),
+    Rule("data.val_files", "validation.data_args.file_name", "/data/test.parquet",
+         note="also creates the validation section with the training data's columns"),
+    Rule("data.prompt_key", "actor_train.data_args.messages", "question",
+         note="verl's prompt column holds a chat (list of role/content messages)"),
+    Rule("data.max_prompt_length", "prompt_length", 333),
+    Rule("data.max_response_length", "response_length", 444),
+    Rule("data.train_batch_size", "rollout_batch_size", 64, note="prompts per step; also checked against "
+         "ppo_mini_batch_size"),
+    Rule("data.val_batch_size", "val_batch_size", 96),
+    Rule("data.return_raw_input_ids", None, True, implied=False,
+         note="a reward model here decodes responses and applies its own tokenizer anyway"),
+    Rule("data.return_raw_chat", None, True, implied=False, note="prompts are always kept as chats"),
+    Rule("data.truncation", "actor_train.data_args.truncation_side", "left", TRUNCATION),
+    Rule("data.shuffle", "actor_train.data_args.shuffle", False),
+    # actor_rollout_ref: common
+    Rule(f"{ARR}.hybrid_engine", None, False, implied=True,
+         note="roles on the same devices always take turns (offload/onload); a separate engine needs separate "
+         "device_mapping"),
+    Rule(f"{ARR}.model.path", "pretrain", "/models/qwen", note="also the model of actor_train, actor_infer "
+         "and reference"),
+    Rule(f"{ARR}.model.external_lib", None, "my_models", note=NO_CODE),
+    Rule(f"{ARR}.model.external_libs", None, "my_models", note=NO_CODE),
+    Rule(f"{ARR}.model.override_config", "actor_train.model_args.model_config_kwargs", {"attention_dropout": 0.1}),
+    Rule(f"{ARR}.model.enable_gradient_checkpointing", "actor_train.model_args.disable_gradient_checkpointing",
+         False, _not, "inverted: disable_gradient_checkpointing = not enable_gradient_checkpointing"),
+    Rule(f"{ARR}.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
+    Rule(f"{ARR}.model.trust_remote_code", "actor_train.model_args.trust_remote_code", True),
+    # actor
+    Rule(f"{ARR}.actor.strategy", "actor_train.strategy_args.strategy_name", "megatron", TRAIN_STRATEGY,
+         "fsdp (FSDP1) runs as FSDP2 here"),
+    Rule(f"{ARR}.actor.ppo_mini_batch_size", "actor_train.training_args.gradient_accumulation_steps", 16,
+         derived=True, note="prompts per optimizer step: accumulation = mini × n / (micro × dp); "
+         "train_batch_size must be a multiple"),
+    *_micro_rules(f"{ARR}.actor", "actor_train", "ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size",
+                  "training_args.per_device_train_batch_size", "training micro-batch"),
+    Rule(f"{ARR}.actor.use_dynamic_bsz", "actor_train.use_dynamic_bsz", True),
+    Rule(f"{ARR}.actor.ppo_max_token_len_per_gpu", "actor_train.max_token_len_per_gpu", 8192),
+    Rule(f"{ARR}.actor.grad_clip", "actor_train.training_args.max_grad_norm", 0.7),
+    Rule(f"{ARR}.actor.clip_ratio", "pg_clip", 0.15),
+    Rule(f"{ARR}.actor.clip_ratio_low", "pg_clip_low", 0.18),
+    Rule(f"{ARR}.actor.clip_ratio_high", "pg_clip_high", 0.28),
+    Rule(f"{ARR}.actor.clip_ratio_c", "clip_ratio_c", 4.0),
+    Rule(f"{ARR}.actor.loss_agg_mode", "loss_agg_mode", "seq-mean-token-sum", LOSS_AGG),
+    Rule(f"{ARR}.actor.entropy_coeff", "entropy_loss_coef", 0.002),
+    Rule(f"{ARR}.actor.use_kl_loss", "use_kl_loss", True),
+    Rule(f"{ARR}.actor.kl_loss_coef", "kl_loss_coef", 0.003),
+    Rule(f"{ARR}.actor.kl_loss_type", "kl_penalty", "mse", derived=True,
+         note="the KL estimator when use_kl_loss (native kl_penalty serves both KL terms)"),
+    Rule(f"{ARR}.actor.ppo_epochs", "ppo_epochs", 3),
+    Rule(f"{ARR}.actor.shuffle", None, True, implied=False, note="mini-batches are taken in rollout order"),
+    Rule(f"{ARR}.actor.ulysses_sequence_parallel_size", None, 2, implied=1, note=NO_SP),
+    *_optim_rules(f"{ARR}.actor.optim", "actor_train"),
+    *_fsdp_rules(f"{ARR}.actor.fsdp_config", "actor_train", ("param_offload", "grad_offload", "optimizer_offload")),
+    # reference
+    *_fsdp_rules(f"{ARR}.ref.fsdp_config", "reference", ("param_offload",)),
+    *_micro_rules(f"{ARR}.ref", "reference", "log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size",
+                  "infer_batch_size", "reference log-prob micro-batch"),
+    Rule(f"{ARR}.ref.log_prob_use_dynamic_bsz", "reference.use_dynamic_bsz", True),
+    Rule(f"{ARR}.ref.log_prob_max_token_len_per_gpu", "reference.max_token_len_per_gpu", 8192),
+    Rule(f"{ARR}.ref.ulysses_sequence_parallel_size", None, 2, implied=1, note=NO_SP),
+    # rollout
+    Rule(f"{ARR}.rollout.name", "actor_infer.strategy_args.strategy_name", "sglang", ROLLOUT_ENGINE),
+    Rule(f"{ARR}.rollout.temperature", "actor_infer.generating_args.temperature", 0.7),
+    Rule(f"{ARR}.rollout.top_k", "actor_infer.generating_args.top_k", 50),
+    Rule(f"{ARR}.rollout.top_p", "actor_infer.generating_args.top_p", 0.9),
+    Rule(f"{ARR}.rollout.prompt_length", "prompt_length", 333, derived=True,
+         note="must equal data.max_prompt_length (verl interpolates it)"),
+    Rule(f"{ARR}.rollout.response_length", "actor_infer.generating_args.max_new_tokens", 444, derived=True,
+         note="must equal data.max_response_length (verl interpolates it)"),
+    Rule(f"{ARR}.rollout.dtype", "actor_infer.model_args.dtype", "float16", to_dtype),
+    Rule(f"{ARR}.rollout.gpu_memory_utilization", "actor_infer.strategy_args.strategy_config.gpu_memory_utilization",
+         0.45),
+    Rule(f"{ARR}.rollout.ignore_eos", "actor_infer.generating_args.ignore_eos", True),
+    Rule(f"{ARR}.rollout.enforce_eager", "actor_infer.strategy_args.strategy_config.enforce_eager", False),
+    Rule(f"{ARR}.rollout.free_cache_engine", None, False, implied=True,
+         note="a colocated engine always frees its KV cache (sleep) while training runs"),
+    Rule(f"{ARR}.rollout.load_format", "actor_infer.strategy_args.strategy_config.load_format", "dtensor",
+         LOAD_FORMAT, "dummy_* → dummy (weights pushed by the trainer), others → auto"),
+    Rule(f"{ARR}.rollout.tensor_model_parallel_size",
+         "actor_infer.strategy_args.strategy_config.tensor_parallel_size", 4),
+    Rule(f"{ARR}.rollout.max_num_batched_tokens", "actor_infer.strategy_args.strategy_config.max_num_batched_tokens",
+         4096),
+    Rule(f"{ARR}.rollout.max_num_seqs", "actor_infer.strategy_args.strategy_config.max_num_seqs", 256),
+    Rule(f"{ARR}.rollout.max_model_len", "actor_infer.strategy_args.strategy_config.max_model_len", 4096),
+    Rule(f"{ARR}.rollout.enable_chunked_prefill",
+         "actor_infer.strategy_args.strategy_config.enable_chunked_prefill", False),
+    *_micro_rules(f"{ARR}.rollout", "actor_train", "log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size",
+                  "infer_batch_size", "old log-prob micro-batch (computed by actor_train here)"),
+    Rule(f"{ARR}.rollout.log_prob_use_dynamic_bsz", "actor_train.use_dynamic_bsz", True),
+    Rule(f"{ARR}.rollout.log_prob_max_token_len_per_gpu", "actor_train.max_token_len_per_gpu", 8192),
+    Rule(f"{ARR}.rollout.do_sample", "actor_infer.generating_args.do_sample", False),
+    Rule(f"{ARR}.rollout.n", "num_return_sequences_in_group", 6),
+    # critic
+    Rule("critic.strategy", "critic.strategy_args.strategy_name", "megatron", TRAIN_STRATEGY,
+         "fsdp (FSDP1) runs as FSDP2 here"),
+    *_optim_rules("critic.optim", "critic"),
+    Rule("critic.model.path", "critic.model_args.model_name_or_path", "/models/critic"),
+    Rule("critic.model.tokenizer_path", None, "/models/tok", note="the tokenizer is loaded from the model path"),
+    Rule("critic.model.override_config", "critic.model_args.model_config_kwargs", {"attention_dropout": 0.1}),
+    Rule("critic.model.external_lib", None, "my_models", note=NO_CODE),
+    Rule("critic.model.enable_gradient_checkpointing", "critic.model_args.disable_gradient_checkpointing", False,
+         _not, "inverted"),
+    Rule("critic.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
+    Rule("critic.model.trust_remote_code", "critic.model_args.trust_remote_code", True),
+    *_fsdp_rules("critic.model.fsdp_config", "critic", ("param_offload", "grad_offload", "optimizer_offload")),
+    Rule("critic.ppo_mini_batch_size", "critic.training_args.gradient_accumulation_steps", 16, derived=True,
+         note="as for the actor: accumulation = mini × n / (micro × dp)"),
+    *_micro_rules("critic", "critic", "ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size",
+                  "training_args.per_device_train_batch_size", "critic training micro-batch"),
+    *_micro_rules("critic", "critic", "forward_micro_batch_size_per_gpu", "forward_micro_batch_size",
+                  "infer_batch_size", "value forward micro-batch"),
+    Rule("critic.use_dynamic_bsz", "critic.use_dynamic_bsz", True),
+    Rule("critic.ppo_max_token_len_per_gpu", "critic.max_token_len_per_gpu", 8192),
+    Rule("critic.forward_max_token_len_per_gpu", "critic.max_token_len_per_gpu", 8192),
+    Rule("critic.ulysses_sequence_parallel_size", None, 2, implied=1, note=NO_SP),
+    Rule("critic.ppo_epochs", "ppo_epochs", 3, derived=True, note="must equal the actor's ppo_epochs (one value "
+         "here)"),
+    Rule("critic.shuffle", None, True, implied=False, note="mini-batches are taken in rollout order"),
+    Rule("critic.grad_clip", "critic.training_args.max_grad_norm", 0.7),
+    Rule("critic.cliprange_value", "value_clip", 0.4),
+    # reward model
+    Rule("reward_model.enable", "rewards", True, derived=True,
+         note="true: rewards.reward_model (reward_type reward_model); false: rewards.math (math_rule)"),
+    Rule("reward_model.model.input_tokenizer", None, "/models/policy",
+         note="the reward model always re-tokenizes decoded text with its own tokenizer"),
+    Rule("reward_model.model.path", "rewards.reward_model.model_args.model_name_or_path", "/models/rm",
+         derived=True, note="used when enable"),
+    Rule("reward_model.model.external_lib", None, "my_models", note=NO_CODE),
+    Rule("reward_model.model.trust_remote_code", "rewards.reward_model.model_args.trust_remote_code", True,
+         derived=True, note="used when enable"),
+    Rule("reward_model.model.fsdp_config.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
+    Rule("reward_model.model.fsdp_config.param_offload", None, True, implied=False,
+         note="reward models run forward-only without offload"),
+    Rule("reward_model.micro_batch_size_per_gpu", "rewards.reward_model.infer_batch_size", 4, derived=True,
+         note="used when enable"),
+    Rule("reward_model.micro_batch_size", "rewards.reward_model.infer_batch_size", 32, derived=True,
+         note="deprecated global micro-batch, divided by dp; used when enable"),
+    Rule("reward_model.max_length", "rewards.reward_model.reward_kwargs.max_length", 2048, derived=True,
+         note="used when enable"),
+    Rule("reward_model.reward_manager", None, "prime", implied="naive",
+         note="rewards are computed by the reward workers; there is no parallel (prime) manager"),
+    Rule("custom_reward_function.path", None, "/code/reward.py",
+         note="reward functions are chosen by name (rewards.*.reward_type); code is never imported"),
+    Rule("custom_reward_function.name", None, "compute_score",
+         note="reward functions are chosen by name (rewards.*.reward_type); code is never imported"),
+    # algorithm
+    Rule("algorithm.gamma", "gamma", 0.99),
+    Rule("algorithm.lam", "lambd", 0.9),
+    Rule("algorithm.adv_estimator", "adv_estimator", "reinforce_plus_plus", ADV_ESTIMATOR),
+    Rule("algorithm.norm_adv_by_std_in_grpo", "norm_adv_by_std_in_grpo", False),
+    Rule("algorithm.kl_penalty", "kl_penalty", "abs", derived=True,
+         note="the KL estimator of the in-reward KL (native kl_penalty serves both KL terms)"),
+    Rule("algorithm.use_kl_in_reward", "add_token_level_kl", False, derived=True,
+         note="when absent (older verl), KL goes into the reward whenever use_kl_loss is off and kl_coef > 0"),
+    Rule("algorithm.kl_ctrl.type", "kl_ctrl_type", "adaptive", KL_CTRL),
+    Rule("algorithm.kl_ctrl.kl_coef", "init_kl_coef", 0.02),
+    Rule("algorithm.kl_ctrl.horizon", "kl_horizon", 5000),
+    Rule("algorithm.kl_ctrl.target_kl", "target_kl", 0.05),
+    # trainer
+    Rule("trainer.total_epochs", "max_steps", 3, derived=True,
+         note="epochs need the dataset size; max_steps comes from total_training_steps when set"),
+    Rule("trainer.total_training_steps", "max_steps", 123),
+    Rule("trainer.project_name", "tracker_kwargs.project", "my_project"),
+    Rule("trainer.experiment_name", "exp_name", "my_experiment"),
+    Rule("trainer.logger", "track_with", ["console", "wandb"], _logger,
+         "console → stdout; wandb/swanlab/tensorboard kept (events.jsonl is always written)"),
+    Rule("trainer.nnodes", "num_nodes", 2, note="also sizes every role's device_mapping"),
+    Rule("trainer.n_gpus_per_node", "num_gpus_per_node", 4, note="also sizes every role's device_mapping"),
+    Rule("trainer.save_freq", "save_steps", 20, derived=True, note="-1 (never) keeps only the final checkpoint"),
+    Rule("trainer.test_freq", "eval_steps", 5, positive_interval, "-1 disables evaluation"),
+    Rule("trainer.critic_warmup", "critic_warmup", 2),
+    Rule("trainer.val_before_train", "val_before_train", True),
+    Rule("trainer.default_hdfs_dir", None, "hdfs://ckpt", note="checkpoints go to a file-system path "
+         "(checkpoint_config.output_dir)"),
+    Rule("trainer.default_local_dir", "checkpoint_config.output_dir", "/ckpt/run1"),
+    Rule("trainer.resume_mode", "resume_from_checkpoint", "disable", derived=True,
+         note="auto → true, disable → false, resume_path → trainer.resume_from_path"),
+    Rule("trainer.resume_from_path", "resume_from_checkpoint", "/ckpt/run1/global_step_10", derived=True,
+         note="used when resume_mode is resume_path"),
+    Rule("trainer.max_actor_ckpt_to_keep", "max_ckpts_to_keep", 3),
+    Rule("trainer.max_critic_ckpt_to_keep", "max_ckpts_to_keep", 3),
+]
+
+# verl's own defaults for the settings whose native default means something else.
+DEFAULTS: dict[str, Any] = {
+    "data": {"max_prompt_length": 512, "max_response_length": 512, "train_batch_size": 1024, "truncation": "error"},
+    ARR: {
+        "actor": {"strategy": "fsdp", "ppo_mini_batch_size": 256, "clip_ratio": 0.2, "entropy_coeff": 0.0,
+                  "use_kl_loss": False, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "ppo_epochs": 1,
+                  "loss_agg_mode": "token-mean", "grad_clip": 1.0,
+                  "optim": {"lr": 1e-6, "lr_warmup_steps_ratio": 0.0, "warmup_style": "constant",
+                            "weight_decay": 0.01}},
+        "rollout": {"name": "vllm", "n": 1, "temperature": 1.0, "top_k": -1, "top_p": 1.0,
+                    "tensor_model_parallel_size": 2, "gpu_memory_utilization": 0.5, "do_sample": True},
+    },
+    "algorithm": {"gamma": 1.0, "lam": 1.0, "adv_estimator": "gae", "kl_penalty": "kl",
+                  "kl_ctrl": {"type": "fixed", "kl_coef": 0.001}},
+    "trainer": {"nnodes": 1, "n_gpus_per_node": 8, "save_freq": -1, "test_freq": -1, "critic_warmup": 0,
+                "logger": ["console"]},
+}
+
+
+def finish(t: Translation) -> None:
+    n = int(t.get(f"{ARR}.rollout.n", 1))
+    total = int(t.get("trainer.nnodes", 1)) * int(t.get("trainer.n_gpus_per_node", 8))
+    has_critic = t.has("critic.model.path") or t.get("algorithm.adv_estimator") == "gae"
+    roles = ["actor_train", "actor_infer", "reference"] + (["critic"] if has_critic else [])
+    if not has_critic:
+        t.native.pop("critic", None)
+        warn_unused(t, "critic", "no critic is created (adv_estimator is not gae and critic.model.path is unset)")
+    for role in roles:
+        t.native.setdefault(role, {})["device_mapping"] = devices(0, total)
+    t.native["actor_infer"].setdefault("strategy_args", {}).setdefault("strategy_name", "vllm")
+    for role in ("actor_train", "critic"):
+        if role in t.native:
+            t.native[role].setdefault("strategy_args", {}).setdefault("strategy_name", "fsdp2_train")
+    train_name = t.native["actor_train"]["strategy_args"]["strategy_name"]
+    ref = t.native["reference"].setdefault("strategy_args", {})
+    ref["strategy_name"] = "megatron_infer" if train_name == "megatron_train" else "fsdp2_infer"
+    if "critic" in t.native and t.get("critic.strategy") is None:
+        t.native["critic"]["strategy_args"]["strategy_name"] = train_name
+    _offload(t, f"{ARR}.actor.fsdp_config", "actor_train", ("param_offload", "grad_offload", "optimizer_offload"))
+    _offload(t, f"{ARR}.ref.fsdp_config", "reference", ("param_offload",))
+    _offload(t, "critic.model.fsdp_config", "critic", ("param_offload", "grad_offload", "optimizer_offload"))
+    _lengths(t)
+    _micro_batches(t, total)
+    for role, src in (("actor_train", f"{ARR}.actor"), ("critic", "critic")):
+        if role in t.native:
+            _optimizer_steps(t, role, src, n, total)
+    _kl(t)
+    _rewards(t, total)
+    _schedule(t)
+    _validation(t)
+    fill_model_paths(t, ("actor_train", "actor_infer", "reference", "critic"))
+    drop_unused_reference(t)
+    settle_strategies(t)
+
+
+def _offload(t: Translation, src: str, role: str, keys: tuple[str, ...]) -> None:
+    values = {key: bool(t.get(f"{src}.{key}")) for key in keys if t.has(f"{src}.{key}")}
+    if not values or role not in t.native:
+        return
+    offload = any(values.values())
+    if len(set(values.values())) > 1:
+        t.warn(f"{src}.{next(k for k, v in values.items() if v != offload)}",
+               f"FSDP2 offloads parameters, gradients and optimizer state together; cpu_offload = {offload}")
+    t.set(f"{role}.strategy_args.strategy_config.cpu_offload", offload, f"{src}.{next(iter(values))}")
+
+
+def _lengths(t: Translation) -> None:
+    for key, data_key in (("prompt_length", "max_prompt_length"), ("response_length", "max_response_length")):
+        value, expected = t.get(f"{ARR}.rollout.{key}"), t.get(f"data.{data_key}")
+        if value is not None and value != expected:
+            t.error(f"{ARR}.rollout.{key}", f"{value} differs from data.{data_key} = {expected}; verl uses "
+                    f"${{data.{data_key}}} here, set it to {expected}")
+
+
+def _micro_batches(t: Translation, dp: int) -> None:
+    """Per-GPU micro-batches are taken as they are; deprecated global ones are divided by dp."""
+    for rule in RULES:
+        if not (rule.derived and rule.target and rule.target.endswith(("per_device_train_batch_size",
+                                                                        "infer_batch_size"))):
+            continue
+        if not t.has(rule.source) or rule.source.startswith("reward_model."):
+            continue
+        role = rule.target.split(".")[0]
+        if role not in t.native:
+            continue
+        value = int(t.get(rule.source))
+        if not rule.source.endswith("_per_gpu"):
+            if t.has(f"{rule.source}_per_gpu"):
+                t.warn(rule.source, f"ignored: {rule.source}_per_gpu is set and takes precedence")
+                continue
+            if value % dp:
+                t.error(rule.source, f"{value} (a global micro-batch) is not divisible by the {dp} devices; "
+                        f"use {rule.source.rpartition('.')[2]}_per_gpu")
+                continue
+            value //= dp
+        t.set(rule.target, value, rule.source)
+
+
+def _optimizer_steps(t: Translation, role: str, src: str, n: int, dp: int) -> None:
+    """gradient_accumulation_steps from verl's mini-batch (prompts) and per-GPU micro-batch (samples)."""
+    train_batch = int(t.get("data.train_batch_size", 1024))
+    mini = t.get(f"{src}.ppo_mini_batch_size")
+    if mini is None:
+        if role == "critic":
+            mini = t.get(f"{ARR}.actor.ppo_mini_batch_size", 256)
+        else:
+            return
+    mini = int(mini)
+    path = f"{src}.ppo_mini_batch_size"
+    if mini <= 0 or train_batch % mini:
+        t.error(path, f"{mini} must divide data.train_batch_size = {train_batch} (verl splits each batch into "
+                f"mini-batches); use a divisor of {train_batch}")
+        return
+    micro_path = f"{role}.training_args.per_device_train_batch_size"
+    micro = t.native.get(role, {}).get("training_args", {}).get("per_device_train_batch_size")
+    if micro is None:
+        if t.get(f"{src}.use_dynamic_bsz"):
+            micro = 1
+            t.set(micro_path, 1, path)
+        else:
+            t.error(f"{src}.ppo_micro_batch_size_per_gpu", "is required (verl refuses a config without a micro-batch "
+                    "size unless use_dynamic_bsz); e.g. 4")
+            return
+    samples = mini * n
+    if samples % (micro * dp):
+        t.error(path, f"ppo_mini_batch_size × rollout.n = {mini} × {n} = {samples} samples is not divisible by "
+                f"micro-batch × GPUs = {micro} × {dp}; verl requires mini × n / GPUs to be a multiple of "
+                "ppo_micro_batch_size_per_gpu")
+        return
+    t.set(f"{role}.training_args.gradient_accumulation_steps", samples // (micro * dp), path)
+    if role == "critic" and t.has("critic.ppo_epochs"):
+        actor_epochs = t.get(f"{ARR}.actor.ppo_epochs", 1)
+        if t.get("critic.ppo_epochs") != actor_epochs:
+            t.warn("critic.ppo_epochs", f"= {t.get('critic.ppo_epochs')} not imported: one ppo_epochs serves both "
+                   f"roles here; kept the actor's {actor_epochs}")
+
+
+def _kl(t: Translation) -> None:
+    use_loss = bool(t.get(f"{ARR}.actor.use_kl_loss"))
+    coef = float(t.get("algorithm.kl_ctrl.kl_coef", 0.001))
+    in_reward = bool(t.get("algorithm.use_kl_in_reward")) if t.has("algorithm.use_kl_in_reward") else (
+        not use_loss and coef > 0)
+    t.native["add_token_level_kl"] = in_reward
+    t.origin.setdefault("add_token_level_kl", "algorithm.use_kl_in_reward")
+    loss_est, reward_est = t.get(f"{ARR}.actor.kl_loss_type", "low_var_kl"), t.get("algorithm.kl_penalty", "kl")
+    try:
+        if use_loss:
+            t.native["kl_penalty"] = KL_ESTIMATOR(loss_est)
+            if in_reward and KL_ESTIMATOR(reward_est) != t.native["kl_penalty"]:
+                t.warn("algorithm.kl_penalty", f"= {reward_est!r} not imported: one KL estimator serves both KL "
+                       f"terms here; kept kl_loss_type {loss_est!r}")
+            elif not in_reward and t.written("algorithm.kl_penalty"):
+                t.warn("algorithm.kl_penalty", f"= {reward_est!r} not imported: KL is not in the reward")
+        else:
+            t.native["kl_penalty"] = KL_ESTIMATOR(reward_est)
+            if t.written(f"{ARR}.actor.kl_loss_type"):
+                t.warn(f"{ARR}.actor.kl_loss_type", f"= {loss_est!r} not imported: use_kl_loss is false")
+    except ValueError as exc:
+        t.error("algorithm.kl_penalty" if not use_loss else f"{ARR}.actor.kl_loss_type", str(exc))
+
+
+def _rewards(t: Translation, dp: int) -> None:
+    if t.get("reward_model.enable"):
+        section: dict[str, Any] = {"reward_type": "reward_model",
+                                   "model_args": {"model_name_or_path": t.get("reward_model.model.path")},
+                                   "device_mapping": devices(0, dp)}
+        if t.has("reward_model.model.trust_remote_code"):
+            section["model_args"]["trust_remote_code"] = t.get("reward_model.model.trust_remote_code")
+        micro = t.get("reward_model.micro_batch_size_per_gpu")
+        if micro is None and t.has("reward_model.micro_batch_size"):
+            micro = max(1, int(t.get("reward_model.micro_batch_size")) // dp)
+        if micro is not None:
+            section["infer_batch_size"] = micro
+        if t.has("reward_model.max_length"):
+            section["reward_kwargs"] = {"max_length": t.get("reward_model.max_length")}
+        t.native["rewards"] = {"reward_model": section}
+        if not t.has("reward_model.model.path"):
+            t.error("reward_model.model.path", "is required when reward_model.enable is true")
+        return
+    t.native["rewards"] = {"math": {"reward_type": "math_rule"}}
+    for key in ("model.path", "micro_batch_size_per_gpu", "micro_batch_size", "max_length",
+                "model.trust_remote_code"):
+        if t.has(f"reward_model.{key}"):
+            t.warn(f"reward_model.{key}", "not imported: reward_model.enable is false (rule-based reward)")
+    t.warn("rewards.math", "verl picks a rule-based score function by data_source; imported as math_rule, which "
+           "reads the reference answer from actor_train.data_args.response (verl keeps it in "
+           "reward_model.ground_truth: set response to that column)")
+
+
+def _schedule(t: Translation) -> None:
+    if t.has("trainer.total_training_steps") and t.written("trainer.total_epochs"):
+        t.warn("trainer.total_epochs", f"= {t.get('trainer.total_epochs')} not imported: superseded by "
+               "trainer.total_training_steps (max_steps), as in verl")
+    elif t.has("trainer.total_epochs"):
+        t.warn("trainer.total_epochs", f"= {t.get('trainer.total_epochs')} not imported: the number of steps per "
+               "epoch depends on the dataset size; set max_steps (or trainer.total_training_steps)")
+    save = t.get("trainer.save_freq")
+    if save is not None:
+        if save > 0:
+            t.set("save_steps", int(save), "trainer.save_freq")
+        elif "max_steps" in t.native:
+            t.set("save_steps", t.native["max_steps"], "trainer.save_freq")
+        else:
+            t.warn("trainer.save_freq", "-1 (never) has no native form: a checkpoint is written every save_steps and "
+                   "at the end; set save_steps = max_steps for only the final one")
+    mode = t.get("trainer.resume_mode")
+    if mode is not None:
+        table = {"auto": True, "disable": False, "resume_path": t.get("trainer.resume_from_path")}
+        if mode not in table:
+            t.error("trainer.resume_mode", f"{mode!r} is not a verl resume mode; valid: auto, disable, resume_path")
+        elif mode == "resume_path" and not t.has("trainer.resume_from_path"):
+            t.error("trainer.resume_from_path", "is required when resume_mode is resume_path")
+        else:
+            t.set("resume_from_checkpoint", table[mode], "trainer.resume_mode")
+    elif t.has("trainer.resume_from_path"):
+        t.warn("trainer.resume_from_path", "not imported: used only when resume_mode is resume_path")
+
+
+def _validation(t: Translation) -> None:
+    """verl evaluates with the rollout's settings but greedy (do_sample false)."""
+    section = t.native.get("validation")
+    if not section:
+        return
+    data = section.setdefault("data_args", {})
+    for key, value in (t.native["actor_train"].get("data_args") or {}).items():
+        if key not in ("file_name", "shuffle"):
+            data.setdefault(key, value)
+    section.setdefault("generating_args", {"do_sample": False, "temperature": 0.0})

@@ -1,0 +1,757 @@
+"""Validate a config: schema errors and cross-field rules, ALL at once, as ConfigIssues.
+
+validate_config never raises for bad input: load errors, schema errors (with dotted paths and the
+closest valid key name) and the cross-field rules below all become ConfigIssues.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from trainer.config.importers import detect_and_translate
+from trainer.config.introspect import key_locations, models_in
+from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
+from trainer.config.loading import load_raw_with_issues
+from trainer.config.registries import (
+    INFER_STRATEGIES,
+    REWARD_TYPES,
+    ROLE_STRATEGIES,
+    ROLL_REWARD_WORKERS,
+    ROLL_UNSUPPORTED_REWARD_WORKERS,
+)
+from trainer.config.schema import (
+    STRATEGY_ARGS_MODELS,
+    Fsdp2Config,
+    MegatronConfig,
+    PipelineConfig,
+    SglangConfig,
+    VllmConfig,
+    WorkerConfig,
+)
+
+Source = str | Path | Mapping[str, Any]
+GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+TRAINING_ROLES = ("actor_train", "critic")
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
+# ---------------------------------------------------------------------------------------------
+# entry points
+
+
+def validate_config(source: Source, overrides: Sequence[str] = (), source_format: str = "auto") -> ValidationResult:
+    """Load, translate, validate and derive. Never raises for bad input."""
+    result = ValidationResult()
+    try:
+        _validate_into(result, source, overrides, source_format)
+    except ConfigError as exc:
+        _add(result, exc.issues)
+    except Exception as exc:  # a bug must still not surface as a traceback to the user
+        result.errors.append(ConfigIssue("", f"internal error while validating ({type(exc).__name__}: {exc})"))
+        result.config = None
+    return result
+
+
+def load_config(source: Source, overrides: Sequence[str] = (), source_format: str = "auto") -> PipelineConfig:
+    """Return the validated PipelineConfig or raise ConfigError with every problem found."""
+    result = validate_config(source, overrides, source_format)
+    if not result.ok or result.config is None:
+        raise ConfigError(result.errors + result.warnings)
+    return result.config
+
+
+def _add(result: ValidationResult, issues: list[ConfigIssue]) -> None:
+    for issue in issues:
+        (result.errors if issue.severity == "error" else result.warnings).append(issue)
+
+
+def _validate_into(result: ValidationResult, source: Source, overrides: Sequence[str], source_format: str) -> None:
+    raw, load_issues = load_raw_with_issues(source, overrides)
+    _add(result, load_issues)
+    native, fmt, import_issues = detect_and_translate(raw, source_format)
+    result.source_format = fmt
+    _add(result, import_issues)
+    if result.errors:
+        return
+    config, schema_issues = build_config(native)
+    _add(result, schema_issues)
+    if config is None:
+        return
+    _add(result, check_rules(config))
+    if result.errors:
+        return
+    result.config = config
+    result.derived = derive(config)
+
+
+# ---------------------------------------------------------------------------------------------
+# schema errors -> ConfigIssues
+
+
+def build_config(raw: Mapping[str, Any]) -> tuple[PipelineConfig | None, list[ConfigIssue]]:
+    try:
+        return PipelineConfig.model_validate(dict(raw)), []
+    except ValidationError as exc:
+        return None, pydantic_issues(exc, raw)
+
+
+def pydantic_issues(exc: ValidationError, raw: Mapping[str, Any]) -> list[ConfigIssue]:
+    """One ConfigIssue per field path; union branches that all failed are merged into one message."""
+    by_path: dict[str, list[str]] = {}
+    for err in exc.errors(include_url=False):
+        loc = _clean_loc(err["loc"])
+        kind = err["type"]
+        path = ".".join(str(part) for part in loc)
+        ctx = err.get("ctx") or {}
+        if kind == "extra_forbidden":
+            message = _unknown_key_message(loc, raw)
+        elif kind == "union_tag_invalid":
+            path = f"{path}.strategy_name"
+            message = _choice_message(str(ctx.get("tag")), list(STRATEGY_ARGS_MODELS), "strategy_name")
+        elif kind == "union_tag_not_found":
+            path = f"{path}.strategy_name"
+            message = f"strategy_name is required; choose one of {', '.join(STRATEGY_ARGS_MODELS)}"
+        elif kind == "literal_error":
+            message = _literal_message(err.get("input"), str(ctx.get("expected", "")))
+        elif kind == "missing":
+            message = "is required but missing"
+        elif kind in ("model_type", "dict_type", "model_attributes_type"):
+            message = f"must be a section (a mapping of keys), got {_short(err.get('input'))}"
+        elif kind == "value_error":
+            message = str(ctx.get("error") or err["msg"]).removeprefix("Value error, ")
+        else:
+            message = f"{err['msg']} (got {_short(err.get('input'))})"
+        messages = by_path.setdefault(path, [])
+        if message not in messages:
+            messages.append(message)
+    issues = []
+    for path, messages in by_path.items():
+        text = messages[0] if len(messages) == 1 else "invalid value: " + "; or ".join(messages)
+        issues.append(ConfigIssue(path, text))
+    return issues
+
+
+def _literal_message(value: Any, expected: str) -> str:
+    choices = [c.strip().strip("'") for c in expected.replace(" or ", ", ").split(",")]
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{_short(value)} is not valid; choose one of {expected}{hint}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _clean_loc(loc: Sequence[Any]) -> list[Any]:
+    """Drop pydantic's union-branch tags ('str', 'list[int]', 'megatron_train', …) from a location."""
+    out: list[Any] = []
+    for part in loc:
+        if isinstance(part, str):
+            if out and out[-1] == "strategy_args" and part in STRATEGY_ARGS_MODELS:
+                continue
+            if part in _TYPE_TAGS or ("[" in part and part.endswith("]")):
+                continue
+        out.append(part)
+    return out
+
+
+def _choice_message(value: str, choices: Sequence[str], what: str) -> str:
+    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown {what} {value!r}; choose one of {', '.join(choices)}{hint}"
+
+
+def _unknown_key_message(loc: Sequence[Any], raw: Mapping[str, Any]) -> str:
+    key = str(loc[-1])
+    model = model_at(loc[:-1], raw)
+    valid = sorted(model.model_fields) if model is not None else []
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key {key!r}; did you mean {close[0]}?"
+    elsewhere = key_locations().get(key)
+    if elsewhere:
+        role = str(loc[0]) if loc else ""
+        if role in ("actor_train", "actor_infer", "reference", "critic", "validation"):
+            elsewhere = [p.replace("<worker>", role) for p in elsewhere]
+        elif role == "rewards" and len(loc) > 2:
+            elsewhere = [p.replace("<worker>", f"rewards.{loc[1]}") for p in elsewhere]
+        places = " or ".join(elsewhere[:3])
+        where = " (<worker> = actor_train, actor_infer, reference, critic or validation)" if "<worker>" in places else ""
+        return f"unknown key {key!r} here; it belongs in {places}{where}"
+    if valid:
+        shown = ", ".join(valid[:25]) + (", …" if len(valid) > 25 else "")
+        return f"unknown key {key!r}; valid keys here: {shown}"
+    return f"unknown key {key!r}"
+
+
+def model_at(path: Sequence[Any], raw: Mapping[str, Any]) -> type[BaseModel] | None:
+    """The section model at a dotted location (strategy_args picked by its strategy_name)."""
+    model: type[BaseModel] | None = PipelineConfig
+    node: Any = raw
+    i = 0
+    while i < len(path):
+        part = path[i]
+        if model is None or part not in model.model_fields:
+            return None
+        node = node.get(part) if isinstance(node, Mapping) else None
+        models, is_dict = models_in(model.model_fields[part].annotation)
+        if is_dict:
+            i += 1
+            if i >= len(path):
+                return None
+            node = node.get(path[i]) if isinstance(node, Mapping) else None
+        if len(models) > 1:
+            name = node.get("strategy_name") if isinstance(node, Mapping) else None
+            model = STRATEGY_ARGS_MODELS.get(name) if isinstance(name, str) else None
+        else:
+            model = models[0] if models else None
+        i += 1
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# facts about roles
+
+
+def strategy_name(role: str, worker: WorkerConfig) -> str:
+    if worker.strategy_args is not None:
+        return worker.strategy_args.strategy_name
+    return "torch_train" if role in TRAINING_ROLES else "hf_infer"
+
+
+def strategy_config(worker: WorkerConfig) -> Any:
+    return worker.strategy_args.strategy_config if worker.strategy_args is not None else None
+
+
+def gpus_per_worker(role: str, worker: WorkerConfig) -> int:
+    """Devices driven by one worker: one inference engine's TP x PP; training workers drive one."""
+    cfg = strategy_config(worker)
+    if isinstance(cfg, VllmConfig):
+        return cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+    if isinstance(cfg, SglangConfig):
+        return cfg.tp_size
+    if strategy_name(role, worker) in INFER_STRATEGIES:
+        return worker.num_gpus_per_worker
+    return 1
+
+
+def world_size(role: str, worker: WorkerConfig) -> int:
+    if worker.device_mapping:
+        return max(1, len(worker.device_mapping) // gpus_per_worker(role, worker))
+    return worker.world_size or 1
+
+
+def dp_size(role: str, worker: WorkerConfig) -> int:
+    """Data-parallel size. Megatron: world / TP / PP / CP (EP is not divided out); FSDP2: world / Ulysses
+    sequence-parallel size; DeepSpeed and torch: world."""
+    world = world_size(role, worker)
+    cfg = strategy_config(worker)
+    if isinstance(cfg, MegatronConfig):
+        model_parallel = cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size
+        return max(1, world // model_parallel)
+    if isinstance(cfg, Fsdp2Config):
+        return max(1, world // cfg.ulysses_sequence_parallel_size)
+    return world
+
+
+def num_nodes(config: PipelineConfig) -> int:
+    """num_nodes when set, else enough nodes of num_gpus_per_node for the highest device id (ROLL's rule)."""
+    if config.num_nodes is not None:
+        return config.num_nodes
+    devices = [d for worker in roles(config).values() for d in worker.device_mapping or []]
+    return max(devices, default=0) // config.num_gpus_per_node + 1
+
+
+def roles(config: PipelineConfig) -> dict[str, WorkerConfig]:
+    out: dict[str, WorkerConfig] = {"actor_train": config.actor_train, "actor_infer": config.actor_infer}
+    for name in ("reference", "critic", "validation"):
+        worker = getattr(config, name)
+        if worker is not None:
+            out[name] = worker
+    for name, reward in config.rewards.items():
+        out[f"rewards.{name}"] = reward
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# cross-field rules
+
+
+def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    for rule in (
+        _check_strategies,
+        _check_devices,
+        _check_parallel_sizes,
+        _check_batch_arithmetic,
+        _check_lengths,
+        _check_data,
+        _check_algorithm,
+        _check_rewards,
+        _check_agentic,
+        _check_checkpointing,
+        _check_suspicious,
+    ):
+        issues.extend(rule(config))
+    return issues
+
+
+def _error(path: str, message: str) -> ConfigIssue:
+    return ConfigIssue(path, message, "error")
+
+
+def _warning(path: str, message: str) -> ConfigIssue:
+    return ConfigIssue(path, message, "warning")
+
+
+def _check_strategies(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    for role, worker in roles(config).items():
+        kind = role.split(".")[0]
+        name = strategy_name(kind, worker)
+        allowed = ROLE_STRATEGIES[kind]
+        if name not in allowed:
+            issues.append(
+                _error(
+                    f"{role}.strategy_args.strategy_name",
+                    f"{name} cannot run {kind}; choose one of {', '.join(allowed)}",
+                )
+            )
+        if worker.worker_cls is not None and kind != "rewards":
+            issues.append(_warning(f"{role}.worker_cls", "ignored: the trainer picks the worker for this role"))
+    return issues
+
+
+def _check_devices(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    capacity = (config.num_nodes or 0) * config.num_gpus_per_node
+    for role, worker in roles(config).items():
+        path = f"{role}.device_mapping"
+        mapping = worker.device_mapping
+        kind = role.split(".")[0]
+        if mapping is not None:
+            if not mapping:
+                issues.append(_error(path, "is empty; list at least one device id or leave it unset for CPU"))
+                continue
+            duplicates = sorted({d for d in mapping if mapping.count(d) > 1})
+            if duplicates:
+                issues.append(_error(path, f"lists device(s) {duplicates} more than once"))
+            outside = sorted(d for d in set(mapping) if d < 0 or (config.num_nodes and d >= capacity))
+            if any(d < 0 for d in outside):
+                issues.append(_error(path, f"device ids must be >= 0, got {[d for d in outside if d < 0]}"))
+            elif outside:
+                issues.append(
+                    _error(
+                        path,
+                        f"device ids {outside} are outside the cluster: num_nodes × num_gpus_per_node = "
+                        f"{config.num_nodes} × {config.num_gpus_per_node} gives ids 0..{capacity - 1}",
+                    )
+                )
+            per_worker = gpus_per_worker(kind, worker)
+            engine_sized = strategy_name(kind, worker) in ("vllm", "sglang")  # checked with parallel sizes
+            if len(mapping) % per_worker and not engine_sized:
+                issues.append(
+                    _error(
+                        f"{role}.num_gpus_per_worker",
+                        f"{per_worker} devices per worker does not divide the {len(mapping)} devices of "
+                        f"device_mapping; use a divisor of {len(mapping)}",
+                    )
+                )
+            elif worker.world_size is not None and worker.world_size != len(mapping) // per_worker:
+                issues.append(
+                    _error(
+                        f"{role}.world_size",
+                        f"is {worker.world_size} but device_mapping gives {len(mapping) // per_worker} workers "
+                        f"({len(mapping)} devices / {per_worker} per worker); remove world_size or make them agree",
+                    )
+                )
+        if (
+            kind == "actor_infer"
+            and strategy_name(kind, worker) in ("vllm", "sglang")
+            and "num_gpus_per_worker" in worker.model_fields_set
+            and worker.num_gpus_per_worker != gpus_per_worker(kind, worker)
+        ):
+            issues.append(
+                _warning(
+                    f"{role}.num_gpus_per_worker",
+                    f"ignored: an engine uses its parallel size ({gpus_per_worker(kind, worker)} devices)",
+                )
+            )
+    return issues
+
+
+def _check_parallel_sizes(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    for role, worker in roles(config).items():
+        kind = role.split(".")[0]
+        cfg = strategy_config(worker)
+        base = f"{role}.strategy_args.strategy_config"
+        world = world_size(kind, worker)
+        if isinstance(cfg, MegatronConfig):
+            tp, pp, cp = cfg.tensor_model_parallel_size, cfg.pipeline_model_parallel_size, cfg.context_parallel_size
+            model_parallel = tp * pp * cp
+            if world % model_parallel:
+                issues.append(
+                    _error(
+                        f"{base}.tensor_model_parallel_size",
+                        f"TP × PP × CP = {tp} × {pp} × {cp} = {model_parallel} does not divide the role's "
+                        f"{world} devices; use sizes whose product divides {world}",
+                    )
+                )
+            etp = cfg.expert_tensor_parallel_size or tp
+            expert_group = cfg.expert_model_parallel_size * etp * pp
+            if (cfg.expert_model_parallel_size > 1 or cfg.expert_tensor_parallel_size) and world % expert_group:
+                issues.append(
+                    _error(
+                        f"{base}.expert_model_parallel_size",
+                        f"EP × expert TP × PP = {cfg.expert_model_parallel_size} × {etp} × {pp} = {expert_group} "
+                        f"does not divide the role's {world} devices",
+                    )
+                )
+            if cfg.virtual_pipeline_model_parallel_size is not None and pp == 1:
+                issues.append(
+                    _error(
+                        f"{base}.virtual_pipeline_model_parallel_size",
+                        "needs pipeline_model_parallel_size > 1; unset it or raise the pipeline size",
+                    )
+                )
+            if cfg.sequence_parallel and tp == 1:
+                issues.append(_warning(f"{base}.sequence_parallel", "has no effect with tensor_model_parallel_size 1"))
+        if isinstance(cfg, VllmConfig | SglangConfig) and worker.device_mapping:
+            engine = gpus_per_worker(kind, worker)
+            field = "tp_size" if isinstance(cfg, SglangConfig) else "tensor_parallel_size"
+            if len(worker.device_mapping) % engine:
+                issues.append(
+                    _error(
+                        f"{base}.{field}",
+                        f"one engine needs {engine} devices, which does not divide the {len(worker.device_mapping)} "
+                        "devices of device_mapping",
+                    )
+                )
+        if isinstance(cfg, Fsdp2Config):
+            if cfg.fsdp_size > 0 and world % cfg.fsdp_size:
+                issues.append(
+                    _error(f"{base}.fsdp_size", f"{cfg.fsdp_size} does not divide the role's {world} ranks; "
+                           "use a divisor or -1")
+                )
+            if world % cfg.ulysses_sequence_parallel_size:
+                issues.append(
+                    _error(f"{base}.ulysses_sequence_parallel_size",
+                           f"{cfg.ulysses_sequence_parallel_size} does not divide the role's {world} ranks")
+                )
+    return issues
+
+
+def _nearest_divisor(n: int, target: int, search: int = 100_000) -> int:
+    """The divisor of n closest to target (smaller one on ties); bounded work for huge n."""
+    for delta in range(search):
+        for candidate in (target - delta, target + delta):
+            if 1 <= candidate <= n and n % candidate == 0:
+                return candidate
+    return n
+
+
+def _small_divisors(n: int, limit: int = 64) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _batch_issue(config: PipelineConfig, role: str, worker: WorkerConfig) -> ConfigIssue | None:
+    args = worker.training_args
+    samples = config.rollout_batch_size * config.num_return_sequences_in_group
+    dp = dp_size(role, worker)
+    micro, accum = args.per_device_train_batch_size, args.gradient_accumulation_steps
+    step = micro * accum * dp
+    if samples % step == 0:
+        return None
+    head = (
+        f"rollout_batch_size × num_return_sequences_in_group = {config.rollout_batch_size} × "
+        f"{config.num_return_sequences_in_group} = {samples} samples per step is not a whole number of optimizer "
+        f"steps of per_device_train_batch_size × gradient_accumulation_steps × dp = {micro} × {accum} × {dp} = {step}"
+    )
+    path = f"{role}.training_args.gradient_accumulation_steps"
+    if samples % (micro * dp) == 0:
+        per_rank = samples // (micro * dp)
+        best = _nearest_divisor(per_rank, accum)
+        hint = (
+            f"; gradient_accumulation_steps = {best} works ({per_rank // best} optimizer steps per rollout), "
+            f"{per_rank} gives one step per rollout"
+        )
+    elif samples % dp == 0:
+        path = f"{role}.training_args.per_device_train_batch_size"
+        options = _small_divisors(samples // dp)
+        hint = f"; per_device_train_batch_size must divide {samples // dp}, e.g. one of {options[-6:]}"
+    else:
+        path = "rollout_batch_size"
+        need = dp // math.gcd(dp, config.num_return_sequences_in_group)
+        hint = f"; the data-parallel size {dp} does not divide {samples}: make rollout_batch_size a multiple of {need}"
+    return _error(path, head + hint)
+
+
+def _check_batch_arithmetic(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    for role in TRAINING_ROLES:
+        worker = getattr(config, role)
+        if worker is not None:
+            issue = _batch_issue(config, role, worker)
+            if issue is not None:
+                issues.append(issue)
+    return issues
+
+
+def _check_lengths(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    total = config.prompt_length + config.response_length
+    if config.sequence_length is not None and config.sequence_length < total:
+        issues.append(
+            _error(
+                "sequence_length",
+                f"{config.sequence_length} is shorter than prompt_length + response_length = "
+                f"{config.prompt_length} + {config.response_length} = {total}",
+            )
+        )
+    for role in ("actor_infer", "validation"):
+        worker = getattr(config, role)
+        if worker is None:
+            continue
+        cfg = strategy_config(worker)
+        base = f"{role}.strategy_args.strategy_config"
+        limit_field, limit = None, None
+        if isinstance(cfg, VllmConfig):
+            limit_field, limit = "max_model_len", cfg.max_model_len
+        elif isinstance(cfg, SglangConfig):
+            limit_field, limit = "context_length", cfg.context_length
+        if limit is not None and limit < total:
+            issues.append(
+                _error(
+                    f"{base}.{limit_field}",
+                    f"{limit} is shorter than prompt_length + response_length = {config.prompt_length} + "
+                    f"{config.response_length} = {total}; raise it to at least {total}",
+                )
+            )
+        gen = worker.generating_args
+        too_long = gen is not None and (gen.max_new_tokens or 0) > config.response_length
+        if role == "actor_infer" and too_long:
+            issues.append(
+                _error(
+                    f"{role}.generating_args.max_new_tokens",
+                    f"{gen.max_new_tokens} exceeds response_length {config.response_length}; "
+                    "use at most response_length (e.g. ${response_length})",
+                )
+            )
+    return issues
+
+
+def _check_data(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    for role, worker in roles(config).items():
+        data = worker.data_args
+        if data is None:
+            continue
+        if data.prompt is not None and data.messages is not None:
+            issues.append(_error(f"{role}.data_args.messages", "cannot be used together with prompt; keep one"))
+        if data.file_name is not None and data.synthetic is not None:
+            issues.append(_error(f"{role}.data_args.synthetic", "cannot be used together with file_name; keep one"))
+    agentic = config.train_env_manager is not None
+    data = config.actor_train.data_args
+    if not agentic and (data is None or (data.file_name is None and data.synthetic is None)):
+        issues.append(
+            _error(
+                "actor_train.data_args",
+                "training prompts are missing: set data_args.file_name (a data file) or data_args.synthetic "
+                "(a built-in task)",
+            )
+        )
+    return issues
+
+
+def _check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    if config.adv_estimator == "gae" and config.critic is None:
+        issues.append(_error("critic", "adv_estimator gae needs a critic section (a value model)"))
+    if config.critic is not None and config.adv_estimator != "gae":
+        issues.append(_warning("critic", f"unused: adv_estimator {config.adv_estimator} does not use a value model"))
+    if config.use_kl_loss and config.add_token_level_kl:
+        issues.append(
+            _warning("use_kl_loss", "KL is applied twice (in the reward and as a loss); usually only one is wanted")
+        )
+    if (config.use_kl_loss or config.add_token_level_kl) and config.reference is None:
+        issues.append(_error("reference", "KL (use_kl_loss / add_token_level_kl) needs a reference section"))
+    if config.kl_ctrl_type == "adaptive" and config.target_kl is None:
+        issues.append(_error("target_kl", "kl_ctrl_type adaptive needs a target_kl to steer toward"))
+    for role, worker in roles(config).items():
+        if worker.use_dynamic_bsz and worker.max_token_len_per_gpu is None:
+            issues.append(_error(f"{role}.max_token_len_per_gpu", "use_dynamic_bsz needs a token budget per GPU"))
+    return issues
+
+
+def _check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    if not config.rewards and config.train_env_manager is None:
+        issues.append(
+            _error("rewards", f"no reward worker: add one, e.g. rewards: {{math: {{reward_type: math_rule}}}} "
+                   f"(reward types: {', '.join(REWARD_TYPES)})")
+        )
+    for name, reward in config.rewards.items():
+        path = f"rewards.{name}"
+        from_cls = None
+        if reward.worker_cls is not None:
+            if reward.worker_cls in ROLL_REWARD_WORKERS:
+                from_cls = ROLL_REWARD_WORKERS[reward.worker_cls]
+            elif reward.worker_cls in ROLL_UNSUPPORTED_REWARD_WORKERS:
+                what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]
+                issues.append(_error(f"{path}.worker_cls", f"{what} ({reward.worker_cls}) is not supported yet"))
+                continue
+            else:
+                close = difflib.get_close_matches(reward.worker_cls, list(ROLL_REWARD_WORKERS), n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]}? " if close else ""
+                issues.append(
+                    _error(
+                        f"{path}.worker_cls",
+                        f"unknown reward worker class; {hint}known: {', '.join(ROLL_REWARD_WORKERS)}; "
+                        f"or set reward_type to one of {', '.join(REWARD_TYPES)} (classes are never imported)",
+                    )
+                )
+                continue
+        if from_cls is None and reward.reward_type is None:
+            issues.append(
+                _error(f"{path}.reward_type", f"is required (one of {', '.join(REWARD_TYPES)}) unless worker_cls names it")
+            )
+        elif from_cls is not None and reward.reward_type is not None and from_cls != reward.reward_type:
+            issues.append(
+                _error(f"{path}.reward_type", f"{reward.reward_type} contradicts worker_cls, which means {from_cls}")
+            )
+        if (reward.reward_type or from_cls) == "reward_model" and reward.model_args.model_name_or_path is None:
+            issues.append(_error(f"{path}.model_args.model_name_or_path", "a reward_model reward needs a model path"))
+    return issues
+
+
+def _check_agentic(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    for name in ("train_env_manager", "val_env_manager"):
+        manager = getattr(config, name)
+        if manager is None:
+            continue
+        missing = [tag for tag in manager.tags if tag not in config.custom_envs]
+        if missing:
+            issues.append(
+                _error(f"{name}.tags", f"{missing} are not defined in custom_envs ({', '.join(config.custom_envs) or 'empty'})")
+            )
+        if manager.n_groups is not None:
+            if len(manager.n_groups) != len(manager.tags):
+                issues.append(_error(f"{name}.n_groups", f"needs one entry per tag ({len(manager.tags)} tags)"))
+            elif sum(manager.n_groups) != manager.env_groups:
+                issues.append(
+                    _error(f"{name}.n_groups", f"sums to {sum(manager.n_groups)} but env_groups is {manager.env_groups}")
+                )
+    return issues
+
+
+def _check_checkpointing(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    resume = config.resume_from_checkpoint
+    if config.resume_mode == "path" and not isinstance(resume, str):
+        issues.append(_error("resume_from_checkpoint", "resume_mode path needs resume_from_checkpoint set to a path"))
+    if config.resume_mode == "none" and resume not in (False, None, ""):
+        issues.append(_error("resume_mode", f"none contradicts resume_from_checkpoint {resume!r}"))
+    if config.max_ckpts_to_keep == 0 or config.max_ckpts_to_keep < -1:
+        issues.append(_error("max_ckpts_to_keep", "must be -1 (keep all) or a positive count"))
+    return issues
+
+
+def _check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    n = config.num_return_sequences_in_group
+    gen = config.actor_infer.generating_args
+    group_based = config.adv_estimator in GROUP_ESTIMATORS
+    if group_based and n == 1:
+        issues.append(
+            _warning(
+                "num_return_sequences_in_group",
+                f"{config.adv_estimator} compares responses within a group; with 1 response per prompt every "
+                "advantage is 0",
+            )
+        )
+    if gen is not None and n > 1 and (gen.temperature == 0 or not gen.do_sample):
+        issues.append(
+            _warning(
+                "actor_infer.generating_args.temperature",
+                f"greedy decoding makes the {n} responses of a group identical (no learning signal)",
+            )
+        )
+    if gen is not None and gen.num_return_sequences not in (1, n):
+        issues.append(
+            _warning(
+                "actor_infer.generating_args.num_return_sequences",
+                "ignored for training rollouts: num_return_sequences_in_group sets responses per prompt",
+            )
+        )
+    if config.validation is not None and config.validation.data_args is None and config.eval_steps > 0:
+        issues.append(_warning("validation.data_args", "no evaluation prompts: evaluation is skipped"))
+    val_gen = config.validation.generating_args if config.validation is not None else None
+    if val_gen is not None and val_gen.num_return_sequences not in (1, config.val_n_sample):
+        issues.append(
+            _warning(
+                "validation.generating_args.num_return_sequences",
+                f"ignored for evaluation: val_n_sample ({config.val_n_sample}) sets responses per prompt",
+            )
+        )
+    if config.save_steps > config.max_steps:
+        issues.append(
+            _warning("save_steps", f"{config.save_steps} > max_steps {config.max_steps}: no intermediate checkpoint")
+        )
+    if config.eval_steps > config.max_steps:
+        issues.append(_warning("eval_steps", f"{config.eval_steps} > max_steps {config.max_steps}: no evaluation"))
+    for role in TRAINING_ROLES:
+        worker = getattr(config, role)
+        if worker is None:
+            continue
+        lr = worker.training_args.learning_rate
+        model = (worker.model_args.model_name_or_path or config.pretrain or "").lower()
+        if lr > 1e-3 and "tiny" not in model:
+            issues.append(
+                _warning(
+                    f"{role}.training_args.learning_rate",
+                    f"{lr} is very high for fine-tuning a pretrained model (typical: 1e-7 .. 1e-5)",
+                )
+            )
+    if config.value_clip is not None and config.critic is None:
+        issues.append(_warning("value_clip", "has no effect without a critic"))
+    return issues
+
+
+# ---------------------------------------------------------------------------------------------
+# derived values
+
+
+def derive(config: PipelineConfig) -> dict[str, Any]:
+    """Numbers a user wants to see before launching: batch sizes, dp sizes, steps."""
+    samples = config.rollout_batch_size * config.num_return_sequences_in_group
+    derived: dict[str, Any] = {
+        "rollout_samples_per_step": samples,
+        "sequence_length": config.sequence_length or config.prompt_length + config.response_length,
+        "ppo_epochs": config.ppo_epochs,
+        "num_nodes": num_nodes(config),
+    }
+    for role, worker in roles(config).items():
+        kind = role.split(".")[0]
+        derived[f"{role}.strategy"] = strategy_name(kind, worker)
+        derived[f"{role}.world_size"] = world_size(kind, worker)
+        if kind in TRAINING_ROLES:
+            dp = dp_size(kind, worker)
+            args = worker.training_args
+            global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
+            steps = samples // global_batch * config.ppo_epochs
+            derived[f"{role}.dp_size"] = dp
+            derived[f"{role}.global_train_batch"] = global_batch
+            derived[f"{role}.optimizer_steps_per_rollout"] = steps
+            derived[f"{role}.total_optimizer_steps"] = steps * config.max_steps
+        if kind == "actor_infer":
+            derived[f"{role}.devices_per_engine"] = gpus_per_worker(kind, worker)
+    return derived

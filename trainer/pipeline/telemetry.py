@@ -1,0 +1,67 @@
+"""The run's telemetry: events (events.jsonl + optional Redis Stream), the `track_with` tracker and
+system samples, behind the few calls the pipeline makes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainer.telemetry.emitter import EventEmitter, open_emitter as open_event_emitter
+from trainer.telemetry.system import SystemSampler
+from trainer.telemetry.trackers import NullTracker, build_tracker
+
+
+class RunTelemetry:
+    def __init__(self, emitter: EventEmitter, tracker: Any = None) -> None:
+        self.emitter = emitter
+        self.tracker = tracker or NullTracker()
+        self.system_sampler = SystemSampler()
+        self.step = 0
+
+    def status(self, state: str, step: int, total_steps: int | None = None, eta_s: float | None = None,
+               message: str = "") -> None:
+        self.step = step
+        self.emitter.status(state, step, total_steps, eta_s, message)
+
+    def metrics(self, values: Mapping[str, float], step: int) -> None:
+        self.step = step
+        self.emitter.metrics(values, step)
+        self.tracker.log(values, step)
+        self.emitter.system(self.system_sampler.sample(), step)
+
+    def rollouts(self, samples: Iterable[Mapping[str, Any]], step: int) -> None:
+        self.emitter.rollouts(samples, step)
+
+    def checkpoint(self, step: int, path: str, size_bytes: int, contents: Iterable[str]) -> None:
+        self.emitter.checkpoint(step, path, size_bytes, contents)
+
+    def log(self, level: str, lines: str | Iterable[str]) -> None:
+        self.emitter.log(level, lines, self.step)
+
+    def close(self) -> None:
+        try:
+            self.tracker.close()
+        finally:
+            self.emitter.close()
+
+
+def open_emitter(cfg: Any, identity: Any) -> RunTelemetry:
+    """Events into ``output_dir/events.jsonl`` (+ Redis when configured) and the config's tracker."""
+    emitter = open_event_emitter(cfg.output_dir, identity.run_id, identity.attempt, identity.events_redis)
+    try:
+        tracker = build_tracker(cfg.track_with, cfg.output_dir, run_name=identity.run_id,
+                                config=cfg.model_dump(mode="json"), **cfg.tracker_kwargs)
+    except Exception:
+        emitter.close()
+        raise
+    return RunTelemetry(emitter, tracker)
+
+
+def open_emitter_at(output_dir: str | Path | None, run_id: str, attempt: int, redis_url: str | None) -> RunTelemetry:
+    """Events only (no tracker), for reporting a run that failed before its config was valid."""
+    if output_dir is None:
+        from trainer.telemetry.redis_stream import RedisStreamSink
+
+        return RunTelemetry(EventEmitter(run_id, attempt, [RedisStreamSink(redis_url, run_id)]))
+    return RunTelemetry(open_event_emitter(output_dir, run_id, attempt, redis_url))

@@ -1,0 +1,179 @@
+"""Typed telemetry events (contract 0001, "Telemetry"). Torch-free: the web server imports this.
+
+Every event is one JSON object, identical in `events.jsonl` and in the Redis Stream:
+
+    {"v": 1, "type": "metrics", "run_id": "r-123", "attempt": 1, "seq": 17, "step": 3,
+     "time": 1763800000.123, "data": {...}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time as _time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, NotRequired, TypedDict
+
+EVENT_VERSION = 1
+EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system"]
+EVENT_TYPES: tuple[str, ...] = ("status", "metrics", "rollouts", "checkpoint", "log", "system")
+RUN_STATES: tuple[str, ...] = ("starting", "running", "succeeded", "failed", "cancelled")
+CHECKPOINT_CONTENTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng", "data")
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+
+
+class StatusData(TypedDict):
+    state: str
+    step: int
+    total_steps: int | None
+    eta_s: float | None
+    message: str
+
+
+class MetricsData(TypedDict):
+    values: dict[str, float]
+
+
+class RolloutSample(TypedDict):
+    prompt: str
+    response: str
+    reward: float
+    advantage: float
+    prompt_length: int
+    response_length: int
+    stop_reason: str
+    group_id: int
+    sample_index: int
+    tokens: NotRequired[list[str]]
+    token_logprobs: NotRequired[list[float]]
+    token_advantages: NotRequired[list[float]]
+
+
+class RolloutsData(TypedDict):
+    samples: list[RolloutSample]
+
+
+class CheckpointData(TypedDict):
+    step: int
+    path: str
+    size_bytes: int
+    contents: list[str]
+
+
+class LogData(TypedDict):
+    level: str
+    lines: list[str]
+
+
+class SystemData(TypedDict):
+    values: dict[str, float]
+
+
+# Required keys of a RolloutSample (spelled out: with postponed annotations TypedDict cannot see NotRequired).
+ROLLOUT_SAMPLE_KEYS: tuple[str, ...] = ("prompt", "response", "reward", "advantage", "prompt_length",
+                                        "response_length", "stop_reason", "group_id", "sample_index")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    run_id: str
+    attempt: int
+    seq: int
+    step: int
+    time: float
+    data: dict[str, Any] = field(default_factory=dict)
+    v: int = EVENT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {"v": d.pop("v"), **d}
+
+    def to_json(self) -> str:
+        """Compact JSON; NaN/inf become null so every consumer (JS included) can parse it."""
+        return json.dumps(_finite(self.to_dict()), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Event:
+        missing = [k for k in ("type", "run_id", "attempt", "seq", "step", "time", "data") if k not in d]
+        if missing:
+            raise ValueError(f"event: missing field(s) {', '.join(missing)}")
+        return cls(type=d["type"], run_id=d["run_id"], attempt=int(d["attempt"]), seq=int(d["seq"]),
+                   step=int(d["step"]), time=float(d["time"]), data=dict(d["data"]), v=int(d.get("v", 1)))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Event:
+        return cls.from_dict(json.loads(text))
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _floats(values: Mapping[str, Any], what: str) -> dict[str, float]:
+    out = {}
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{what}: key {key!r} must be a string")
+        try:
+            out[key] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{what}[{key!r}]: {value!r} is not a number") from None
+    return out
+
+
+def status_data(state: str, step: int, total_steps: int | None = None, eta_s: float | None = None,
+                message: str = "") -> StatusData:
+    if state not in RUN_STATES:
+        raise ValueError(f"status.state: {state!r}; valid: {', '.join(RUN_STATES)}")
+    return {"state": state, "step": int(step), "total_steps": total_steps, "eta_s": eta_s, "message": message}
+
+
+def metrics_data(values: Mapping[str, Any]) -> MetricsData:
+    return {"values": _floats(values, "metrics.values")}
+
+
+def system_data(values: Mapping[str, Any]) -> SystemData:
+    return {"values": _floats(values, "system.values")}
+
+
+def rollouts_data(samples: Iterable[Mapping[str, Any]]) -> RolloutsData:
+    out = []
+    for i, sample in enumerate(samples):
+        missing = [k for k in ROLLOUT_SAMPLE_KEYS if k not in sample]
+        if missing:
+            raise ValueError(f"rollouts.samples[{i}]: missing {', '.join(sorted(missing))}")
+        out.append(dict(sample))
+    return {"samples": out}  # type: ignore[typeddict-item]
+
+
+def checkpoint_data(step: int, path: str, size_bytes: int, contents: Iterable[str]) -> CheckpointData:
+    contents = list(contents)
+    unknown = [c for c in contents if c not in CHECKPOINT_CONTENTS]
+    if unknown:
+        raise ValueError(f"checkpoint.contents: unknown {unknown}; valid: {', '.join(CHECKPOINT_CONTENTS)}")
+    return {"step": int(step), "path": str(path), "size_bytes": int(size_bytes), "contents": contents}
+
+
+def log_data(level: str, lines: str | Iterable[str]) -> LogData:
+    if level not in LOG_LEVELS:
+        raise ValueError(f"log.level: {level!r}; valid: {', '.join(LOG_LEVELS)}")
+    return {"level": level, "lines": lines.splitlines() if isinstance(lines, str) else list(lines)}
+
+
+def make_event(type: str, *, run_id: str, attempt: int, seq: int, step: int, data: Mapping[str, Any],
+               time: float | None = None) -> Event:
+    """An Event with a validated type; `time` defaults to now (unix seconds)."""
+    if type not in EVENT_TYPES:
+        raise ValueError(f"event.type: {type!r}; valid: {', '.join(EVENT_TYPES)}")
+    if not run_id:
+        raise ValueError("event.run_id: must be a non-empty string")
+    return Event(type=type, run_id=run_id, attempt=int(attempt), seq=int(seq), step=int(step),
+                 time=_time.time() if time is None else float(time), data=dict(data))

@@ -1,0 +1,209 @@
+"""`fsdp2_train`: data-parallel training with FSDP2 (`torch.distributed.fsdp.fully_shard`).
+
+Every rank holds a shard of each parameter (a DTensor over a 1-D data-parallel mesh); blocks are
+all-gathered just in time for forward/backward and gradients are reduce-scattered back to shards.
+The caller has already initialised torch.distributed (gloo on CPU, nccl on GPU) and built the
+same initial weights on every rank.
+
+Checkpoint layout in `path`: `dcp/` (sharded model + optimizer, torch.distributed.checkpoint),
+`scheduler.pt` (identical on all ranks, written by rank 0), `rng_rank<r>.pt` (one per rank).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
+
+from trainer.train.base import (
+    LossFn,
+    OptimConfig,
+    accumulate_gradients,
+    build_optimizer,
+    build_scheduler,
+    clip_grad_norm,
+    eval_mode,
+    optimizer_step,
+    rng_state,
+    set_rng_state,
+)
+
+T = TypeVar("T")
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+STRATEGY_CONFIG_KEYS = (
+    "param_dtype", "reduce_dtype", "reshard_after_forward", "cpu_offload", "offload_pin_memory", "fsdp_size",
+)
+
+
+class FSDP2Strategy:
+    def __init__(
+        self,
+        model: nn.Module,
+        optim: OptimConfig,
+        *,
+        rank: int,
+        world_size: int,
+        device: str = "cpu",
+        strategy_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "fsdp2_train needs torch.distributed initialised by the caller "
+                "(e.g. WorkerGroup(..., distributed=True)); it is not"
+            )
+        if (rank, world_size) != (dist.get_rank(), dist.get_world_size()):
+            raise ValueError(
+                f"fsdp2_train got rank={rank}, world_size={world_size} but the process group has "
+                f"rank={dist.get_rank()}, world_size={dist.get_world_size()}"
+            )
+        self.rank, self.world_size = rank, world_size
+        self.device = torch.device(device)
+        self.optim = optim
+        options = parse_strategy_config(strategy_config or {})
+
+        shard_kwargs: dict[str, Any] = {
+            "mesh": device_mesh(self.device.type, world_size, options["fsdp_size"]),
+            "mp_policy": options["mp_policy"],
+            "offload_policy": options["offload_policy"],
+        }
+        model = model.to(self.device)
+        for block in transformer_blocks(model):
+            fully_shard(block, reshard_after_forward=options["reshard_after_forward"], **shard_kwargs)
+        fully_shard(model, **shard_kwargs)
+        # The loss arrives divided by the GLOBAL normaliser (e.g. all tokens on all ranks), so the
+        # true gradient is the SUM of the ranks' gradients. FSDP2 averages (divides by the DP size)
+        # by default; factor 1 turns that into a plain sum, and forcing SUM collectives keeps it
+        # portable (gloo has no AVG/PREMUL_SUM reduce-scatter).
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_gradient_divide_factor(1.0)
+                module.set_force_sum_reduction_for_comms(True)
+        self.model = model
+        self.optimizer = build_optimizer(model.parameters(), optim)
+        self.scheduler = build_scheduler(self.optimizer, optim)
+
+    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over this rank's micro-batches (every rank must bring the same number,
+        checked first: a mismatch would otherwise hang in a collective).
+
+        Returns the global `grad_norm` and `lr`, and — like torch_train, per rank — `loss` summed
+        over this rank's micro-batches (summed over ranks it is the global objective) and the
+        loss_fn metrics averaged over this rank's micro-batches.
+        """
+        counts: list[int] = [0] * self.world_size
+        dist.all_gather_object(counts, len(micro_batches))
+        if len(set(counts)) != 1:
+            raise ValueError(f"fsdp2_train: ranks got different numbers of micro-batches {counts}; they must match")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, metrics = accumulate_gradients(self.model, micro_batches, loss_fn, self.device)
+        grad_norm = clip_grad_norm(list(self.model.parameters()), self.optim.max_grad_norm)
+        return {**metrics, **optimizer_step(self.optimizer, self.scheduler, grad_norm), "loss": loss_sum.item()}
+
+    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
+        with eval_mode(self.model), torch.no_grad():
+            return fn(self.model)
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        """Unsharded CPU tensors on rank 0; `{}` on the other ranks. Collective: call on all ranks."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.model, options=options)
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Collective: call on all ranks with the same (shared-filesystem) path."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=path / "dcp")
+        if self.rank == 0:
+            torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
+        torch.save(rng_state(), path / f"rng_rank{self.rank}.pt")
+        dist.barrier()
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Collective. The world size must equal the one that saved (RNG files are per rank)."""
+        path = Path(path)
+        rng_file = path / f"rng_rank{self.rank}.pt"
+        if not rng_file.exists():
+            raise FileNotFoundError(f"{rng_file} missing: was this checkpoint saved with world_size={self.world_size}?")
+        # get_state_dict initialises the lazy AdamW state, so dcp.load has tensors to load into.
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optim_state}
+        dcp.load(state, checkpoint_id=path / "dcp")
+        set_state_dict(
+            self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+        )
+        self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+        set_rng_state(torch.load(rng_file, weights_only=True))
+
+
+def parse_strategy_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Read `strategy_config` (the keys of the schema's Fsdp2Config).
+
+    param_dtype / reduce_dtype (fp32 | bf16 | fp16) turn on FSDP2 mixed precision (fp32 master
+    weights and optimizer state); reshard_after_forward: true frees gathered blocks after forward,
+    false keeps them (ZeRO-2 like), an int reshards to that group size; cpu_offload keeps sharded
+    parameters, gradients and optimizer state in CPU memory; fsdp_size (-1: all ranks) shards one
+    model copy over that many ranks and replicates it across the rest (HSDP).
+    """
+    unknown = sorted(set(config) - set(STRATEGY_CONFIG_KEYS))
+    if unknown:
+        raise ValueError(
+            f"strategy_config: unknown key(s) {unknown} for fsdp2_train; valid: {', '.join(STRATEGY_CONFIG_KEYS)}"
+        )
+    dtypes: dict[str, torch.dtype | None] = {}
+    for key in ("param_dtype", "reduce_dtype"):
+        value = config.get(key)
+        if value is not None and value not in DTYPES:
+            raise ValueError(f"strategy_config.{key}={value!r} is not valid; use one of {', '.join(DTYPES)}")
+        dtypes[key] = DTYPES[value] if value is not None else None
+    offload = CPUOffloadPolicy(pin_memory=bool(config.get("offload_pin_memory", False)))
+    return {
+        "mp_policy": MixedPrecisionPolicy(param_dtype=dtypes["param_dtype"], reduce_dtype=dtypes["reduce_dtype"]),
+        "offload_policy": offload if config.get("cpu_offload", False) else OffloadPolicy(),
+        "reshard_after_forward": config.get("reshard_after_forward", True),
+        "fsdp_size": int(config.get("fsdp_size", -1)),
+    }
+
+
+def device_mesh(device_type: str, world_size: int, fsdp_size: int) -> DeviceMesh:
+    """1-D mesh sharding over all ranks, or (replicate, shard) for HSDP when 0 < fsdp_size < world."""
+    if fsdp_size <= 0 or fsdp_size == world_size:
+        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
+    if world_size % fsdp_size:
+        raise ValueError(
+            f"strategy_config.fsdp_size={fsdp_size} must divide the role's world size {world_size} (or be -1)"
+        )
+    return init_device_mesh(
+        device_type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("dp_replicate", "dp_shard")
+    )
+
+
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks to shard one by one: the classes a Hugging Face model lists in
+    `_no_split_modules` (e.g. Qwen2DecoderLayer), else the members of every nn.ModuleList."""
+    block_names = set(getattr(model, "_no_split_modules", None) or ())
+    if block_names:
+        return [m for m in model.modules() if type(m).__name__ in block_names]
+    return [block for m in model.modules() if isinstance(m, nn.ModuleList) for block in m]
+

@@ -107,24 +107,34 @@ def process_tree(root: int) -> set[tuple[int, str]]:
 
 
 def stop_process_group(process: subprocess.Popen, timeout: float) -> None:
-    """Stop the session led by `process` (started with start_new_session=True) and all it spawned:
-    SIGTERM the leader's group, wait up to `timeout`, then SIGKILL every survivor. The process
-    tree is recorded first, so orphans re-parented during shutdown are still ours to kill; the
-    start time guards against a recycled pid."""
-    members = process_tree(process.pid)
-    if process.poll() is None and timeout > 0:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=timeout)
-    members |= process_tree(process.pid)
+    """Stop the session led by `process` (started with start_new_session=True) and all it spawned."""
+    stop_processes([process], timeout)
+
+
+def stop_processes(processes: list[subprocess.Popen], timeout: float) -> None:
+    """SIGTERM each leader's process group at once, wait up to `timeout` for all, then SIGKILL
+    every survivor. Process trees are recorded first, so orphans re-parented during shutdown are
+    still ours to kill; the start time guards against a recycled pid."""
+    members = set().union(*(process_tree(p.pid) for p in processes)) if processes else set()
+    live = [p for p in processes if p.poll() is None]
+    if timeout > 0:
+        for process in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        members |= process_tree(process.pid)
     alive = _proc_table()
     for pid, started in members:
         if pid in alive and alive[pid][2] == started:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=10)
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
 
 
 def free_port() -> int:
@@ -352,9 +362,9 @@ def running_services(only: tuple[str, ...] = ALL_SERVICES, *, var_dir: Path = DE
             log(f"web: {started[-1].address}")
         yield env
     finally:
-        for service in reversed(started):
-            log(f"stopping {service.name}")
-            service.stop()
+        if started:
+            log(f"stopping {', '.join(service.name for service in reversed(started))}")
+            stop_processes([service.process for service in started], timeout=20.0)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlparse, urlunparse
 
@@ -32,6 +32,7 @@ from scripts.services import (
     start_celery_beat,
     start_celery_worker,
     start_ray_head,
+    stop_processes,
 )
 
 CLAIM_KEY = "policylab:test-db-claim"
@@ -92,7 +93,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     try:
         yield head
     finally:
-        head.stop()
+        t=time.time(); head.stop(); print("RAYSTOP", time.time()-t)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -147,11 +148,9 @@ class CeleryServices:
     var_dir: Path
     worker: Service | None = None
     beat: Service | None = None
-    history: list[Service] = field(default_factory=list)
 
     def start_worker(self) -> Service:
         self.worker = start_celery_worker(self.env, self.var_dir, concurrency=4, name=f"test-{uuid.uuid4().hex[:6]}")
-        self.history.append(self.worker)
         return self.worker
 
     def ensure_worker(self) -> Service:
@@ -165,9 +164,7 @@ class CeleryServices:
         self.worker = None
 
     def stop(self) -> None:
-        for service in (self.worker, self.beat):
-            if service is not None:
-                service.stop()
+        stop_processes([s.process for s in (self.worker, self.beat) if s is not None], timeout=15.0)
 
 
 @pytest.fixture(scope="session")
@@ -211,7 +208,7 @@ def celery_services(shared_test_database: str, jobs_redis_url: str, ray_head: Se
         services.start_worker()
         yield services
     finally:
-        services.stop()
+        t=time.time(); services.stop(); print("CELERYSTOP", time.time()-t)
         app.conf.broker_url, app.conf.result_backend = saved_conf
         app.close()
         for name, value in saved.items():

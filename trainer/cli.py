@@ -52,5 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    # argparse stops filling `overrides` at the first option, so `validate c.yaml --show a=b` leaves
+    # `a=b` over: take such leftovers as overrides, refuse anything else.
+    stray = [t for t in extras if t.startswith("-") or ("=" not in t and not t.startswith("~"))]
+    if stray or (extras and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    if extras:
+        args.overrides = [*args.overrides, *extras]
     return int(args.handler(args))

@@ -128,7 +128,12 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("POLICYLAB_CHANNELS_PREFIX", "policylab:asgi")},
+        "CONFIG": {
+            # redis-py 8 reads with a 5 s socket timeout by default, exactly channels-redis's blocking
+            # receive (BZPOPMIN, 5 s): an idle websocket then dies with "Timeout reading". Wait longer.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "prefix": os.environ.get("POLICYLAB_CHANNELS_PREFIX", "policylab:asgi"),
+        },
     }
 }
 

@@ -60,6 +60,16 @@ def strategy_name(section: Any, default: str) -> str:
     return section.strategy_args.strategy_name if section.strategy_args is not None else default
 
 
+def _build_train_strategy(cfg: Any, role: str, model: nn.Module, rank: int, world_size: int) -> Any:
+    from trainer.train import build_strategy
+
+    section = _role_cfg(cfg, role)
+    steps = cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)
+    options = section.strategy_args.strategy_config.model_dump() if section.strategy_args is not None else None
+    return build_strategy(strategy_name(section, "torch_train"), model, _optim_config(cfg, role, steps),
+                          rank=rank, world_size=world_size, device=_device(), strategy_config=options)
+
+
 class _RoleBase:
     """RNG capture shared by every role (each rank saves its own file)."""
 
@@ -137,21 +147,13 @@ class ActorTrainWorker(_TrainedRole):
 
     def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
         from trainer.models.loading import load_model
-        from trainer.train import build_strategy
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
         _seed_everything(cfg.seed + rank)
         section = _role_cfg(cfg, role)
         model = load_model(_model_path(cfg, role), dtype=section.model_args.dtype)
-        self.temperature = cfg.actor_infer.generating_args.temperature or 1.0
-        self.strategy = build_strategy(
-            strategy_name(section, "torch_train"),
-            model,
-            _optim_config(cfg, role, cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)),
-            rank=rank,
-            world_size=world_size,
-            device=_device(),
-        )
+        self.temperature = _sampling_temperature(cfg)
+        self.strategy = _build_train_strategy(cfg, role, model, rank, world_size)
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         return _forward_in_chunks(
@@ -188,20 +190,12 @@ class CriticWorker(_TrainedRole):
 
     def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
         from trainer.models.loading import load_model
-        from trainer.train import build_strategy
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
         _seed_everything(cfg.seed + 17 + rank)
         section = _role_cfg(cfg, role)
         model = ValueModel(load_model(_model_path(cfg, role), dtype=section.model_args.dtype))
-        self.strategy = build_strategy(
-            strategy_name(section, "torch_train"),
-            model,
-            _optim_config(cfg, role, cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)),
-            rank=rank,
-            world_size=world_size,
-            device=_device(),
-        )
+        self.strategy = _build_train_strategy(cfg, role, model, rank, world_size)
 
     def compute_values(self, batch: dict[str, Tensor]) -> Tensor:
         return _forward_in_chunks(
@@ -246,7 +240,7 @@ class ReferenceWorker(_RoleBase):
         section = _role_cfg(cfg, role)
         self.model = load_model(_model_path(cfg, role), dtype=section.model_args.dtype).to(_device()).eval()
         self.model.requires_grad_(False)
-        self.temperature = cfg.actor_infer.generating_args.temperature or 1.0
+        self.temperature = _sampling_temperature(cfg)
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         def run(fn: Any) -> Any:
@@ -316,6 +310,12 @@ class RewardWorker(_RoleBase):
 
     def score(self, batch: dict[str, Any]) -> list[float]:
         return self.reward_fn(list(batch["prompts"]), list(batch["responses"]), list(batch["samples"]))
+
+
+def _sampling_temperature(cfg: Any) -> float:
+    """Log-probs for PPO ratios use the sampling temperature, as the rollout engine reports them."""
+    args = cfg.actor_infer.generating_args
+    return args.temperature if args is not None and args.temperature > 0 and args.do_sample else 1.0
 
 
 def _forward_in_chunks(fn: Any, runner: Any, batch: dict[str, Tensor], chunk: int) -> Tensor:

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 LETTERS = "abcde"  # small alphabet: learnable from scratch by RL alone within minutes on CPU
-
-
 LENGTH_WEIGHT = 0.2
 
 

@@ -56,7 +56,7 @@ def _report_config_failure(args: argparse.Namespace, message: str) -> None:
         from trainer.config import load_raw
 
         raw = load_raw(args.config, args.overrides)
-    except Exception:  # noqa: BLE001 - the file itself may be unreadable: nowhere to write then
+    except Exception:
         raw = {}
     output_dir = raw.get("output_dir") if isinstance(raw, dict) else None
     run_id = args.run_id or _env("POLICYLAB_RUN_ID") or (raw.get("exp_name") if isinstance(raw, dict) else None)

@@ -44,7 +44,7 @@ def build_reward_fn(cfg: Any) -> Any:
 
     def score(prompts: list[str], responses: list[str], samples: list[dict]) -> list[float]:
         out: list[float | None] = [None] * len(samples)
-        for name, tags, fn in routes:
+        for _name, tags, fn in routes:
             idx = [i for i, s in enumerate(samples) if out[i] is None and (not tags or s.get("tag") in tags)]
             if idx:
                 scores = fn([prompts[i] for i in idx], [responses[i] for i in idx], [samples[i] for i in idx])

@@ -86,6 +86,9 @@ class RLVRPipeline:
         self.step_times: list[float] = []
         self.history: list[dict[str, float]] = []
         self.uses_reference = "reference" in groups
+        # the rollout engine frees its memory while a colocated trainer works (vLLM-style sleep/wake)
+        infer_devices = set(cfg.actor_infer.device_mapping or ())
+        self.infer_sleeps = bool(infer_devices & set(cfg.actor_train.device_mapping or ()))
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
@@ -131,7 +134,11 @@ class RLVRPipeline:
         """Generate through the actor_infer group; prompt indices are global to ``records``."""
         group = self.groups["actor_infer"]
         ids = [r["input_ids"] for r in records]
+        if self.infer_sleeps:
+            group.call_all("wake")
         per_rank = group.call_sharded("generate", {"prompt_ids": ids}, params=params)
+        if self.infer_sleeps:
+            group.call_all("sleep")
         shard = len(ids) // max(1, len(per_rank))
         gens: list[Generation] = []
         for rank, part in enumerate(per_rank):

@@ -6,6 +6,7 @@ returns exit code 1, so the platform sees a terminal state even when a worker di
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -60,14 +61,16 @@ def _with_reference_default(cfg: Any) -> Any:
 
 def build_groups(cfg: Any, roles: list[str], backend: str) -> dict[str, Any]:
     """One worker group per role: Ray actors placed by device_mapping, or in-process (``local``)."""
-    from trainer.cluster.workers import WORKER_CLASSES
+    from trainer.cluster.workers import WORKER_CLASSES, strategy_name
 
     groups: dict[str, Any] = {}
     if backend == "local":
         from trainer.cluster.worker_group import LocalWorkerGroup
 
         for role in roles:
-            groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,))
+            section = getattr(cfg, role, None)
+            sharded = section is not None and strategy_name(section, "") == "fsdp2_train"
+            groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,), distributed=sharded)
         return groups
 
     from trainer.cluster.resources import plan_resource_pools
@@ -170,7 +173,5 @@ def prepare_pipeline(cfg: Any, emitter: Any, *, backend: str, log: Callable[[str
 
 def _shutdown(groups: dict[str, Any]) -> None:
     for group in groups.values():
-        try:
+        with contextlib.suppress(Exception):  # best effort while already failing or finishing
             group.shutdown()
-        except Exception:  # noqa: BLE001 - best effort while already failing or finishing
-            pass

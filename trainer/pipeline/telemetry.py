@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.telemetry.emitter import EventEmitter, open_emitter as open_event_emitter
+from trainer.telemetry.emitter import EventEmitter
+from trainer.telemetry.emitter import open_emitter as open_event_emitter
 from trainer.telemetry.system import SystemSampler
 from trainer.telemetry.trackers import NullTracker, build_tracker
 

@@ -14,7 +14,9 @@ function formBody(extra = {}) {
   return body;
 }
 
-async function check(extra = {}) {
+// Live checks may overlap; only the newest one's answer is shown. Explicit actions (tab switch,
+// "apply") pass force so that their answer is always used.
+async function check(extra = {}, force = false) {
   const mine = ++sequence;
   const response = await fetch(checkUrl, {
     method: "POST",
@@ -23,7 +25,7 @@ async function check(extra = {}) {
     credentials: "same-origin",
   });
   const payload = await response.json();
-  if (mine !== sequence) return null; // a newer check is on its way
+  if (!force && mine !== sequence) return null; // a newer check is on its way
   return payload;
 }
 
@@ -82,7 +84,8 @@ function scheduleCheck() {
 }
 
 async function applyYaml() {
-  const payload = await check({ editor_mode: "yaml", render_form: "1" });
+  clearTimeout(pending);
+  const payload = await check({ editor_mode: "yaml", render_form: "1" }, true);
   if (!payload) return;
   if (payload.form_html) {
     document.getElementById("config-form").outerHTML = payload.form_html;
@@ -98,7 +101,8 @@ function selectTab(name) {
 
 document.querySelectorAll("[data-tab]").forEach((tab) => tab.addEventListener("click", async () => {
   if (tab.dataset.tab === "yaml" && modeInput.value === "form") {
-    const payload = await check();
+    clearTimeout(pending);
+    const payload = await check({}, true);
     if (payload && payload.yaml) yamlArea.value = payload.yaml;
   }
   if (tab.dataset.tab === "form" && modeInput.value === "yaml") await applyYaml();

@@ -1,7 +1,7 @@
 // The run websocket: a snapshot on first connect, then live events; on reconnect it asks for
 // `?after_seq=<last seen>` so the server replays exactly what was missed (no gap, no duplicate).
 
-export function connectRun(runId, { onSnapshot, onEvents, onState }) {
+export function connectRun(runId, { onSnapshot, onSeries, onEvents, onState }) {
   let lastSeq = null;
   let retry = 500;
   let socket = null;
@@ -19,6 +19,8 @@ export function connectRun(runId, { onSnapshot, onEvents, onState }) {
       const data = JSON.parse(message.data);
       if (data.type === "snapshot") {
         onSnapshot(data);
+      } else if (data.type === "series") {
+        onSeries(data);
       } else if (data.type === "replay" || data.type === "events") {
         onEvents(data.events, data.run);
       }

@@ -88,6 +88,17 @@ function appendLogs(lines) {
   if (atBottom) pre.scrollTop = pre.scrollHeight;
 }
 
+function onSeries(frame) {
+  const store = frame.source === "system" ? system : metrics;
+  store.load(frame.series);
+  if (frame.source === "system") {
+    document.getElementById("system-empty")?.remove();
+    systemBoard.touchAll();
+  } else {
+    board.touchAll();
+  }
+}
+
 function onSnapshot(snap) {
   metrics.series.clear();
   system.series.clear();
@@ -153,5 +164,5 @@ document.getElementById("checkpoints").addEventListener("click", async (event) =
   }
 });
 
-connectRun(runId, { onSnapshot, onEvents, onState: (s) => { document.getElementById("live-state").textContent = s; } });
+connectRun(runId, { onSnapshot, onSeries, onEvents, onState: (s) => { document.getElementById("live-state").textContent = s; } });
 window.policylab = { metrics, system, board, checkpoints };

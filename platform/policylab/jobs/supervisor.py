@@ -12,8 +12,8 @@ RunAttempt), through queryset updates, so they never overwrite the progress fiel
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from policylab.jobs.transitions import (
     CANCELLED,
     FAILED,
     QUEUED,
+    STATUS_FAILED,
     STATUS_RUNNING,
     SUBMITTING,
     TERMINAL,
@@ -41,7 +42,7 @@ from policylab.jobs.transitions import (
     trainer_entrypoint,
 )
 from policylab.tracking.models import LogLine
-from trainer.config import ConfigError, load_raw
+from trainer.config import ConfigError, load_raw, validate_config
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,11 @@ DRIVER_LOG_LEVEL = "driver"
 
 
 class SubmitFailed(RuntimeError):
-    """Ray refused the job, or its config could not be written; the attempt counts as failed."""
+    """Ray refused the job; the attempt counts as failed (and may be retried)."""
+
+
+class InvalidRunConfig(SubmitFailed):
+    """The run's config does not load or validate: retrying cannot help."""
 
 
 def launch_of(attempt: RunAttempt) -> AttemptLaunch:
@@ -83,10 +88,16 @@ def run_config(run: Run, resume_from_checkpoint: bool | str) -> dict[str, Any]:
 
 
 def write_run_config(run: Run, resume_from_checkpoint: bool | str) -> Path:
+    """Validate the attempt's config exactly as the trainer will, then write it to the run dir.
+    Raises ConfigError (every issue, by field path) instead of submitting a job that would exit 2."""
+    config = run_config(run, resume_from_checkpoint)
+    result = validate_config(config)
+    if not result.ok:
+        raise ConfigError(result.errors)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     path = run.run_dir / CONFIG_NAME
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(run_config(run, resume_from_checkpoint), sort_keys=False))
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     tmp.replace(path)
     return path
 
@@ -98,6 +109,32 @@ def runtime_env() -> dict[str, Any]:
     if settings.POLICYLAB_TRAINER_PYTHONPATH:
         env_vars["PYTHONPATH"] = str(settings.POLICYLAB_TRAINER_PYTHONPATH)
     return {"env_vars": env_vars}
+
+
+class RaySession:
+    """A JobSubmissionClient, (re)connected on demand."""
+
+    def __init__(self, address: str, log_every_s: float = 5.0) -> None:
+        self.address = address
+        self.log_every_s = log_every_s
+        self._client: Any = None
+        self._last_logs = 0.0
+
+    def logs_due(self) -> bool:
+        """Ray returns a job's whole log on every call: fetch it every few seconds, not every tick."""
+        now = time.monotonic()
+        if now - self._last_logs < self.log_every_s:
+            return False
+        self._last_logs = now
+        return True
+
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = ray_jobs.connect(self.address)
+        return self._client
+
+    def reset(self) -> None:
+        self._client = None
 
 
 # --- state changes (each one transaction, only fields this app owns) ---------------------------------
@@ -147,21 +184,21 @@ def retry(run: Run, attempt: RunAttempt, step: Step) -> RunAttempt:
     return nxt
 
 
-def submit_attempt(run: Run, attempt: RunAttempt, client: Any) -> None:
+def submit_attempt(run: Run, attempt: RunAttempt, ray: RaySession) -> None:
     """Write the attempt's config and submit it (a no-op on Ray if the job already exists)."""
     launch = launch_of(attempt)
     resume = resume_for_attempt(launch.launch_resume_from, launch.retry, has_checkpoint(run.run_dir))
     try:
         config_path = write_run_config(run, resume)
     except ConfigError as error:
-        raise SubmitFailed(f"the run's config does not load: {error}") from error
+        raise InvalidRunConfig(f"the run's config does not load: {error}") from error
     job_id = submission_id(run.pk, attempt.number)
     entrypoint = trainer_entrypoint(
         settings.POLICYLAB_TRAINER_PYTHON, str(config_path), run.trainer_run_id, attempt.number, settings.REDIS_URL,
         settings.POLICYLAB_TRAINER_ARGS,
     )
     try:
-        submitted = ray_jobs.submit(client, job_id, entrypoint, runtime_env(),
+        submitted = ray_jobs.submit(ray.client(), job_id, entrypoint, runtime_env(),
                                     metadata={"policylab_run": str(run.pk), "policylab_attempt": str(attempt.number)})
     except RuntimeError as error:
         if isinstance(error, RayUnavailable):
@@ -203,22 +240,6 @@ def sync_logs(client: Any, run: Run, attempt: RunAttempt, *, final: bool) -> Non
 
 # --- the loop ------------------------------------------------------------------------------------------
 
-class RaySession:
-    """A JobSubmissionClient, (re)connected on demand."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self._client: Any = None
-
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = ray_jobs.connect(self.address)
-        return self._client
-
-    def reset(self) -> None:
-        self._client = None
-
-
 def tick(run_id: int, ray: RaySession) -> str | None:
     """One look at the run. Returns the outcome when supervision is over, None to keep polling."""
     run = Run.objects.select_related("experiment").filter(pk=run_id).first()
@@ -242,7 +263,10 @@ def tick(run_id: int, ray: RaySession) -> str | None:
             finish(run, attempt, Step("finish", CANCELLED, CANCELLED, "cancelled before it started"))
             return CANCELLED
         try:
-            submit_attempt(run, attempt, ray.client())
+            submit_attempt(run, attempt, ray)
+        except InvalidRunConfig as error:
+            finish(run, attempt, Step("finish", STATUS_FAILED, STATUS_FAILED, str(error)))
+            return STATUS_FAILED
         except SubmitFailed as error:
             step = next_step(FAILED, cancel_requested=False, retries_used=launch_of(attempt).retry,
                              max_retries=run.max_retries, ray_message=str(error))
@@ -259,7 +283,9 @@ def tick(run_id: int, ray: RaySession) -> str | None:
         ray_message=state.message,
         job_id=attempt.ray_job_id,
     )
-    sync_logs(client, run, attempt, final=step.action in ("finish", "retry"))
+    final = step.action in ("finish", "retry")
+    if final or ray.logs_due():
+        sync_logs(client, run, attempt, final=final)
     RunAttempt.objects.filter(pk=attempt.pk).update(heartbeat_at=timezone.now())
 
     if step.action in ("finish", "retry"):
@@ -271,7 +297,9 @@ def tick(run_id: int, ray: RaySession) -> str | None:
         if step.attempt_status == STATUS_RUNNING:
             changes["started_at"] = timezone.now()
         RunAttempt.objects.filter(pk=attempt.pk).update(**changes)
-    if run.status != step.run_status:
+    # Only forward: ingest may already have recorded the trainer's own final state (it reports it
+    # just before its process exits, while Ray still says RUNNING); finish() settles it.
+    if run.status != step.run_status and run.status not in TERMINAL:
         _set_run(run.pk, step.run_status, step.message or f"attempt {attempt.number}: {step.run_status}")
     return None
 
@@ -288,12 +316,17 @@ def _finish_or_retry(run: Run, attempt: RunAttempt, step: Step) -> str | None:
 
 
 def supervise(run_id: int, lock: SupervisorLock, *, ray_address: str, poll_s: float,
-              sleep: Callable[[float], None] = time.sleep) -> str:
+              stop: threading.Event | None = None) -> str:
     """Tick until the run is over. Transient trouble (Ray unreachable, a database hiccup) is logged
-    and retried on the next tick; losing the lock ends supervision at once."""
-    ray = RaySession(ray_address)
+    and retried on the next tick; losing the lock ends supervision at once. Setting `stop` (the
+    worker is shutting down) ends it after the current tick: the Ray job runs on, and the next
+    worker's reconcile takes the run back."""
+    stop = stop or threading.Event()
+    ray = RaySession(ray_address, log_every_s=max(5 * poll_s, 2.0))
     unavailable_noted = False
     while True:
+        if stop.is_set():
+            return "worker shutting down"
         try:
             lock.refresh()
         except LockLost as error:
@@ -315,4 +348,4 @@ def supervise(run_id: int, lock: SupervisorLock, *, ray_address: str, poll_s: fl
             outcome = None
         if outcome is not None:
             return outcome
-        sleep(poll_s)
+        stop.wait(poll_s)

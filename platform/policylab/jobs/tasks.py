@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 
+from celery.signals import worker_shutting_down
 from django.conf import settings
 from django.db.models import Q
 
@@ -15,6 +17,15 @@ from policylab.jobs.supervisor import supervise
 from policylab.jobs.transitions import ACTIVE
 
 log = logging.getLogger(__name__)
+
+# Set when this worker starts shutting down: supervisors return at once (their Ray jobs run on),
+# so a warm shutdown is quick and the next worker takes the runs back through reconcile_runs.
+shutting_down = threading.Event()
+
+
+@worker_shutting_down.connect
+def stop_supervising(**_: object) -> None:
+    shutting_down.set()
 
 
 def enqueue_supervision(run_id: int, *, force: bool = False) -> bool:
@@ -40,7 +51,8 @@ def supervise_run(run_id: int) -> str:
     if not lock.acquire():
         return "already supervised"
     try:
-        return supervise(run_id, lock, ray_address=settings.RAY_ADDRESS, poll_s=settings.POLICYLAB_SUPERVISOR_POLL_S)
+        return supervise(run_id, lock, ray_address=settings.RAY_ADDRESS, poll_s=settings.POLICYLAB_SUPERVISOR_POLL_S,
+                         stop=shutting_down)
     finally:
         lock.release()
 

@@ -8,22 +8,51 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from policylab.tracking.ingest import group_name
+from policylab.tracking.ingest import chunk_events, group_name
 from policylab.tracking.selectors import events_after, run_for_user, run_snapshot
 
 CLOSE_NOT_FOUND = 4404
+FRAME_BYTES = 300_000  # rough JSON size of one series frame
 
 
-def initial_message(user: Any, run_id: int, after_seq: int | None) -> dict[str, Any] | None:
-    """None when the user may not see the run; else a replay (when possible) or a snapshot."""
+def initial_messages(user: Any, run_id: int, after_seq: int | None) -> list[dict[str, Any]] | None:
+    """None when the user may not see the run; else a replay (when possible) or a snapshot, split
+    into frames below the server's websocket size limit (daphne: 1 MiB). Only the last frame carries
+    `seq`, so a client cut off half-way resumes from what it really has."""
     run = run_for_user(user, run_id)
     if run is None:
         return None
     if after_seq is not None:
         replay = events_after(run, after_seq)
         if replay is not None:
-            return replay
-    return run_snapshot(run)
+            return split_replay(replay)
+    return split_snapshot(run_snapshot(run))
+
+
+def split_replay(replay: dict[str, Any]) -> list[dict[str, Any]]:
+    frames = [{**replay, "events": chunk} for chunk in chunk_events(replay["events"])] or [{**replay, "events": []}]
+    for frame in frames[:-1]:
+        frame.pop("seq")
+    return frames
+
+
+def split_snapshot(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    head = {**snapshot, "series": {}, "system": {}}
+    frames = [head]
+    for source in ("series", "system"):
+        part: dict[str, Any] = {}
+        size = 0
+        for key, points in snapshot[source].items():
+            part[key] = points
+            size += 40 * len(points["x"]) + len(key)
+            if size >= FRAME_BYTES:
+                frames.append({"type": "series", "source": source, "series": part})
+                part, size = {}, 0
+        if part:
+            frames.append({"type": "series", "source": source, "series": part})
+    seq = head.pop("seq")
+    frames[-1]["seq"] = seq
+    return frames
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -41,14 +70,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             return
         self.group = group_name(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        message = await database_sync_to_async(initial_message)(user, self.run_id, after_seq)
-        if message is None:
+        messages = await database_sync_to_async(initial_messages)(user, self.run_id, after_seq)
+        if messages is None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
-        await self.send_json(message)
-        self.sent_seq = message["seq"]
+        for message in messages:
+            await self.send_json(message)
+        self.sent_seq = messages[-1]["seq"]
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):

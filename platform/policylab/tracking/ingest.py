@@ -22,7 +22,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from policylab.experiments.models import Run, RunStatus
@@ -47,9 +47,11 @@ STATE_TO_STATUS = {
     "failed": RunStatus.FAILED,
     "cancelled": RunStatus.CANCELLED,
 }
-# Live websocket messages carry rollouts without token arrays and with texts cut to this length;
-# the rollout inspector reads the full samples through the API.
-LIVE_TEXT_LIMIT = 2000
+# Live websocket messages carry at most LIVE_SAMPLES rollouts per event, without token arrays and
+# with texts cut to LIVE_TEXT_LIMIT; the rollout inspector reads the full samples through the API.
+LIVE_TEXT_LIMIT = 1000
+LIVE_SAMPLES = 64
+MESSAGE_VALUES = 5000
 
 
 class EventError(ValueError):
@@ -108,11 +110,11 @@ def finite_or_none(value: Any) -> float | None:
 class RunBatch:
     """The rows built from one run's events in one ingest call."""
 
-    metrics: dict[tuple[str, int], MetricPoint] = field(default_factory=dict)
+    metrics: dict[tuple[str, int], tuple] = field(default_factory=dict)  # (key, step) -> MetricPoint row
     rollouts: dict[tuple[int, int, int], RolloutSample] = field(default_factory=dict)
     checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
     logs: list[LogLine] = field(default_factory=list)
-    system: list[SystemPoint] = field(default_factory=list)
+    system: list[tuple] = field(default_factory=list)  # SystemPoint rows
     status: dict[str, Any] | None = None
 
     def add(self, run_id: int, event: dict[str, Any]) -> None:
@@ -122,10 +124,10 @@ class RunBatch:
         kind = event["type"]
         if kind == "metrics":
             for key, value in (data.get("values") or {}).items():
-                self.metrics[(key, step)] = MetricPoint(key=key, step=step, value=finite_or_none(value), time=time, **common)
+                self.metrics[(key, step)] = (run_id, key, step, finite_or_none(value), time, attempt, seq)
         elif kind == "system":
             for key, value in (data.get("values") or {}).items():
-                self.system.append(SystemPoint(key=key, step=step, value=finite_or_none(value), time=time, **common))
+                self.system.append((run_id, key, step, finite_or_none(value), time, attempt, seq))
         elif kind == "rollouts":
             for index, sample in enumerate(data.get("samples") or []):
                 row = rollout_row(sample, index, step, time, common)
@@ -176,6 +178,33 @@ def rollout_row(sample: Mapping[str, Any], index: int, step: int, time: float, c
     )
 
 
+POINT_COLUMNS = ("run", "key", "step", "value", "time", "attempt", "seq")
+
+
+def upsert_points(model: type[MetricPoint] | type[SystemPoint], rows: list[tuple], unique: tuple[str, ...]) -> None:
+    """INSERT … ON CONFLICT (unique) DO UPDATE … WHERE excluded.seq >= seq, as one executemany.
+
+    The hot path of ingest (every metric value is a row): Django's bulk_create costs tens of µs per
+    row in field preparation, and cannot say "only if newer". The same SQL runs on SQLite (≥ 3.24)
+    and PostgreSQL; a replay of older events never overwrites a newer attempt's value.
+    """
+    if not rows:
+        return
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    columns = [quote(model._meta.get_field(name).column) for name in POINT_COLUMNS]
+    conflict = ", ".join(quote(model._meta.get_field(name).column) for name in unique)
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns[3:])
+    seq = quote("seq")
+    sql = (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} WHERE excluded.{seq} >= {table}.{seq}"
+    )
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), 10_000):
+            cursor.executemany(sql, rows[start : start + 10_000])
+
+
 def drop_stale(rows: dict, model: type, run_id: int, key_fields: tuple[str, ...], min_seq: int) -> list:
     """Rows of `rows` (keyed by `key_fields` values) that would not overwrite a row with a larger seq."""
     first = key_fields[0]
@@ -188,22 +217,13 @@ def drop_stale(rows: dict, model: type, run_id: int, key_fields: tuple[str, ...]
 
 def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
     """Write one run's rows; call inside a transaction."""
-    min_seq = min(
-        [row.seq for row in batch.metrics.values()] + [row.seq for row in batch.rollouts.values()] + [cursor.last_seq + 1]
-    )
-    replaying = min_seq <= cursor.last_seq
-    metrics = drop_stale(batch.metrics, MetricPoint, run_id, ("key", "step"), min_seq) if replaying else list(batch.metrics.values())
+    upsert_points(MetricPoint, list(batch.metrics.values()), ("run", "key", "step"))
+    upsert_points(SystemPoint, batch.system, ("run", "seq", "key"))
+    min_seq = min([row.seq for row in batch.rollouts.values()] + [cursor.last_seq + 1])
     rollouts = (
         drop_stale(batch.rollouts, RolloutSample, run_id, ("step", "group_id", "sample_index"), min_seq)
-        if replaying
+        if min_seq <= cursor.last_seq  # a replay: keep newer attempts' samples
         else list(batch.rollouts.values())
-    )
-    MetricPoint.objects.bulk_create(
-        metrics,
-        batch_size=2000,
-        update_conflicts=True,
-        unique_fields=["run", "key", "step"],
-        update_fields=["value", "time", "attempt", "seq"],
     )
     RolloutSample.objects.bulk_create(
         rollouts,
@@ -222,7 +242,6 @@ def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
         update_fields=["path", "size_bytes", "contents", "attempt", "seq", "created_at"],
     )
     LogLine.objects.bulk_create(batch.logs, batch_size=2000, ignore_conflicts=True)
-    SystemPoint.objects.bulk_create(batch.system, batch_size=2000, ignore_conflicts=True)
     if batch.status is not None and batch.status["seq"] > cursor.last_seq:
         apply_status(run_id, batch.status)
 
@@ -263,7 +282,7 @@ def live_event(event: dict[str, Any]) -> dict[str, Any]:
                     "prompt": str(s.get("prompt", ""))[:LIVE_TEXT_LIMIT],
                     "response": str(s.get("response", ""))[:LIVE_TEXT_LIMIT],
                 }
-                for s in data.get("samples") or []
+                for s in (data.get("samples") or [])[:LIVE_SAMPLES]
             ]
         }
     elif event["type"] in ("metrics", "system"):
@@ -360,8 +379,28 @@ def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> 
         ids = dict(Checkpoint.objects.filter(run_id=run_id).values_list("step", "pk"))
         for e in checkpoints:
             e["data"] = {**e["data"], "id": ids.get(int(e["data"].get("step", e["step"])))}
-    message = {"type": "run.events", "seq": last_seq, "events": live}
     try:
-        async_to_sync(layer.group_send)(group_name(run_id), message)
+        async_to_sync(send_chunks)(layer, group_name(run_id), live, last_seq)
     except Exception:  # a channel layer outage must not lose the (committed) batch or stop ingest
         log.exception("run %s: publishing %d events failed", run_id, len(events))
+
+
+def chunk_events(events: list[dict[str, Any]], max_values: int = MESSAGE_VALUES) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive slices of `events` holding about `max_values` values (or samples, or lines) each,
+    so that no websocket frame (daphne allows 1 MiB) or Redis value grows with the ingest batch."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for event in events:
+        chunk.append(event)
+        data = event["data"]
+        size += len(data.get("values") or data.get("samples") or data.get("lines") or ()) + 1
+        if size >= max_values:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+async def send_chunks(layer, group: str, events: list[dict[str, Any]], last_seq: int) -> None:
+    for chunk in chunk_events(events):
+        await layer.group_send(group, {"type": "run.events", "seq": last_seq, "events": chunk})

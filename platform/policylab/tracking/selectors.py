@@ -25,10 +25,11 @@ from policylab.tracking.models import (
 
 X_AXES = ("step", "time")
 DEFAULT_MAX_POINTS = 1000
+SNAPSHOT_MAX_POINTS = 500  # per key, on connect; the API serves more on demand
 LOG_TAIL = 200
 LATEST_ROLLOUTS = 64
 # A reconnecting client further behind than this many rows gets a fresh snapshot instead of a replay.
-REPLAY_ROW_LIMIT = 20_000
+REPLAY_ROW_LIMIT = 10_000
 
 
 def run_for_user(user: Any, run_id: int) -> Run | None:
@@ -136,7 +137,7 @@ def latest_rollouts(run: Run, max_seq: int | None = None) -> list[dict[str, Any]
     return [rollout_dict(s, tokens=False) for s in rows.filter(step=last_step)[:LATEST_ROLLOUTS]]
 
 
-def run_snapshot(run: Run, *, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, Any]:
+def run_snapshot(run: Run, *, max_points: int = SNAPSHOT_MAX_POINTS) -> dict[str, Any]:
     """Everything a run page draws on connect, consistent with the cursor `seq` it reports."""
     seq = run_cursor(run)
     logs = LogLine.objects.filter(run=run, seq__lte=seq).order_by("-seq", "-line_no")[:LOG_TAIL]

@@ -129,3 +129,22 @@ def test_a_crashed_trainer_is_retried_from_its_latest_checkpoint(
     assert resumed, second_log[-2000:]
     assert 1 <= int(resumed[1]) == int(resumed[2]) < 30  # picked up after the crash, not from scratch
     assert (run.run_dir / "checkpoints" / "step_30").is_dir()
+
+
+def test_reconcile_hands_an_orphaned_run_to_a_supervisor_that_fails_its_vanished_job(
+    celery_services, worker_runs_dir, redis_db, alice, team_a, demo_yaml
+) -> None:
+    """A run the database believes is running, whose Ray job is gone (as after a Ray head restart)
+    and which nobody supervises: no message is queued for it, only reconcile can find it."""
+    from policylab.jobs.tasks import reconcile_runs
+
+    celery_services.ensure_worker()
+    project, _ = Project.objects.get_or_create(team=team_a, name="jobs")
+    experiment = experiment_services.create_experiment(project, "orphan", demo_yaml, user=alice, overrides=TINY)
+    run = Run.objects.create(experiment=experiment, status="running", max_retries=0)
+    RunAttempt.objects.create(run=run, number=1, status="running", ray_job_id=f"policylab-run{run.pk}-a1")
+    reconcile_runs()  # what beat runs every few seconds (it may well beat us to it)
+    status_of(run, {"failed", "succeeded", "cancelled"}, timeout=30)
+    assert run.status == "failed"
+    assert "vanished" in run.message and f"policylab-run{run.pk}-a1" in run.message
+    assert list(run.attempts.values_list("status", flat=True)) == ["failed"]

@@ -55,7 +55,11 @@ def channel_layer_redis(settings, redis_url: str) -> Iterator[str]:
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis_url], "prefix": f"policylab-test:{uuid.uuid4().hex[:8]}"},
+            "CONFIG": {
+                **settings.CHANNEL_LAYERS["default"]["CONFIG"],
+                "hosts": [{**settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"][0], "address": redis_url}],
+                "prefix": f"policylab-test:{uuid.uuid4().hex[:8]}",
+            },
         }
     }
     channel_layers.backends.clear()

@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from policylab.accounts.services import create_api_token
 from policylab.accounts.models import Team
+from policylab.accounts.services import create_api_token
 from policylab.tracking.ingest import ingest_events
 from policylab.tracking.models import MetricPoint
 from tests.platform.tracking.conftest import event

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -60,9 +61,12 @@ async def snapshot_live_resume(run, headers) -> None:
     comm = communicator(run.pk, headers)
     connected, _ = await comm.connect()
     assert connected
-    snapshot = await comm.receive_json_from(timeout=5)
-    assert snapshot["type"] == "snapshot" and snapshot["seq"] == first[-1]["seq"]
-    assert snapshot["series"]["reward/mean"]["step"] == [1, 2, 3]
+    frames = await receive_until(comm, lambda got: got and "seq" in got[-1])
+    snapshot, series = frames[0], [f for f in frames[1:] if f["type"] == "series"]
+    assert snapshot["type"] == "snapshot" and frames[-1]["seq"] == first[-1]["seq"]
+    assert {f["source"] for f in series} == {"series", "system"}
+    metric_series = {k: v for f in series if f["source"] == "series" for k, v in f["series"].items()}
+    assert metric_series["reward/mean"]["step"] == [1, 2, 3]
     assert snapshot["checkpoints"][0]["step"] == 3 and snapshot["rollouts"][0]["step"] == 3
     assert snapshot["run"]["status"] == "running"
 
@@ -102,8 +106,44 @@ async def team_isolation(run, owner_headers, outsider_headers) -> None:
     # The owner still gets in, and the outsider never received the run's events.
     owner = communicator(run.pk, owner_headers)
     assert (await owner.connect())[0]
-    await owner.receive_json_from(timeout=5)
+    await receive_until(owner, lambda got: got and "seq" in got[-1])
     await database_sync_to_async(ingest_events)([event("metrics", run.pk, 1, 1, {"values": {"reward/mean": 1.0}})])
     message = await owner.receive_json_from(timeout=5)
     assert message["events"][0]["data"]["values"] == {"reward/mean": 1.0}
     await owner.disconnect()
+
+
+def test_an_idle_socket_stays_subscribed(make_run, user) -> None:
+    """channels-redis blocks 5 s per receive; redis-py's default 5 s read timeout used to kill it."""
+    run = make_run(user=user)
+    async_to_sync(idle_then_event)(run, session_headers(user))
+
+
+async def idle_then_event(run, headers) -> None:
+    comm = communicator(run.pk, headers)
+    assert (await comm.connect())[0]
+    await receive_until(comm, lambda got: got and "seq" in got[-1])
+    assert await comm.receive_nothing(timeout=6.5)
+    await database_sync_to_async(ingest_events)([event("metrics", run.pk, 1, 1, {"values": {"reward/mean": 2.0}})])
+    message = await comm.receive_json_from(timeout=5)
+    assert message["events"][0]["data"]["values"] == {"reward/mean": 2.0}
+    await comm.disconnect()
+
+
+def test_large_snapshots_and_replays_are_split_below_the_frame_limit() -> None:
+    from policylab.tracking.consumers import split_replay, split_snapshot
+
+    points = {"x": list(range(500)), "y": [0.5] * 500, "step": list(range(500)), "time": [1.0] * 500}
+    snapshot = {"type": "snapshot", "seq": 42, "run": {}, "series": {f"actor/k{i}": points for i in range(100)},
+                "system": {"cpu/percent": points}, "rollouts": [], "checkpoints": [], "logs": []}
+    frames = split_snapshot(snapshot)
+    assert all(len(json.dumps(f)) < 1_000_000 for f in frames) and len(frames) > 2
+    assert [f.get("seq") for f in frames] == [None] * (len(frames) - 1) + [42]  # seq only when complete
+    merged = {k: v for f in frames[1:] if f["source"] == "series" for k, v in f["series"].items()}
+    assert merged == snapshot["series"]
+    events = [{"type": "metrics", "seq": s, "step": s, "time": 0.0, "attempt": 1,
+               "data": {"values": {f"k{i}": 1.0 for i in range(100)}}} for s in range(1, 201)]
+    replay = split_replay({"type": "replay", "seq": 200, "run": {}, "events": events})
+    assert [e["seq"] for f in replay for e in f["events"]] == list(range(1, 201))
+    assert "seq" not in replay[0] and replay[-1]["seq"] == 200
+    assert all(len(json.dumps(f)) < 1_000_000 for f in replay)

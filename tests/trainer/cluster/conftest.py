@@ -21,9 +21,12 @@ def ray_session() -> Iterator[None]:
         yield
         return
     # Same auth mode everywhere, else a later JobSubmissionClient asks for a token (ENVIRONMENT.md).
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     # Worker ports from the OS's ephemeral range instead of Ray's default 10002–19999.
     os.environ["RAY_USE_RANDOM_PORTS"] = "1"
+    # Actors import `trainer` and the test workers from the repo whatever the cwd: the Ray
+    # processes inherit this environment (a job runtime_env would bypass the prestarted workers).
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     ray.init(
         address="local",
         num_cpus=RAY_NUM_CPUS,
@@ -32,8 +35,6 @@ def ray_session() -> Iterator[None]:
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
-        # actors import `trainer` and the test workers from the repo, whatever the cwd
-        runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}},
     )
     try:
         yield

@@ -19,8 +19,14 @@ class TinyTrainer:
     def __init__(
         self, role: str, strategy: str, seed: int, strategy_config: dict | None, rank: int, world_size: int
     ) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.rebuild(strategy, seed, strategy_config)
+
+    def rebuild(self, strategy: str, seed: int, strategy_config: dict | None) -> None:
+        """A fresh model and strategy in the same process (and process group)."""
         self.strategy = build_strategy(
-            strategy, tiny_qwen2(seed), OPTIM, rank=rank, world_size=world_size, strategy_config=strategy_config
+            strategy, tiny_qwen2(seed), OPTIM, rank=self.rank, world_size=self.world_size,
+            strategy_config=strategy_config,
         )
 
     def train_step(self, batch: dict[str, torch.Tensor], global_tokens: int, micro_batches: int = 1) -> dict:

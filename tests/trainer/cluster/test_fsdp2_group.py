@@ -51,6 +51,14 @@ def test_two_fsdp2_ranks_match_one_process_and_resume_exactly(ray_session, tmp_p
         resumed = group.call_all("full_state_dict")[0]
         assert all(torch.equal(resumed[k], v) for k, v in straight.items())
         assert not all(torch.equal(straight[k], v) for k, v in params.items())  # step 2 did move
+
+        # HSDP (fsdp_size=1: each rank holds a full replica, gradients all-reduced): also a sum
+        group.call_all("rebuild", "fsdp2_train", 0, {"fsdp_size": 1})
+        per_rank = group.call_sharded("train_step", batch, global_tokens=tokens)
+        assert sum(m["loss"] for m in per_rank) == pytest.approx(expected["loss"], rel=1e-5)
+        grads = group.call_all("full_grads")[0]
+        for name, grad in expected_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
     finally:
         group.shutdown()
 

@@ -57,9 +57,10 @@ def test_inconsistent_mappings_name_the_field() -> None:
 
 def test_more_devices_than_the_cluster_fails_fast(ray_session) -> None:
     started = time.monotonic()
-    cpu_pool = plan_resource_pools(config(actor_train={"device_mapping": "list(range(0,16))"}))["actor_train"]
+    cpu_pool = plan_resource_pools(config(actor_train={"device_mapping": "list(range(0,64))"}))["actor_train"]
     assert cpu_pool.bundles[0] == {"CPU": 1.0}  # the test cluster has no GPU: CPU bundles
-    with pytest.raises(ClusterResourceError, match=r"16 CPU needed but the cluster has 8"):
+    cpus = ray.cluster_resources()["CPU"]
+    with pytest.raises(ClusterResourceError, match=rf"64 CPU needed but the cluster has {cpus:g}"):
         cpu_pool.acquire()
     gpu_pool = plan_resource_pools(config(actor_train={"device_mapping": [0, 1]}), use_gpu=True)["actor_train"]
     with pytest.raises(ClusterResourceError, match=r"2 GPU needed but the cluster has 0"):
@@ -69,7 +70,11 @@ def test_more_devices_than_the_cluster_fails_fast(ray_session) -> None:
 
 
 def test_busy_cluster_times_out_with_a_clear_error(ray_session) -> None:
-    cfg = config(actor_train={"device_mapping": [0, 1, 2, 3, 4]}, reference={"device_mapping": [5, 6, 7, 8, 9]})
+    more_than_half = int(ray.cluster_resources()["CPU"]) // 2 + 1  # each pool fits alone, not both
+    cfg = config(
+        actor_train={"device_mapping": list(range(more_than_half))},
+        reference={"device_mapping": list(range(more_than_half, 2 * more_than_half))},
+    )
     pools = plan_resource_pools(cfg, use_gpu=False)
     holder = pools["actor_train"]
     holder.acquire()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from config_testing import changed
 
-from trainer.config import load_config
+from trainer.config import PipelineConfig, load_config
 from trainer.config.commands import run_schema, run_validate
 from trainer.config.export import config_markdown
 
@@ -97,3 +97,23 @@ def test_docs_config_md_is_generated_from_schema() -> None:
 def test_examples_validate_without_errors(path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert run_validate(str(path), [], out=out, err=err) == 0, err.getvalue()
+
+
+def test_overrides_may_follow_options() -> None:
+    from trainer.cli import main
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "stdout", out)
+        mp.setattr(sys, "stderr", io.StringIO())
+        assert main(["validate", "examples/grpo_gpu.yaml", "--show", "seed=7", "~eval_steps"]) == 0
+    resolved = yaml.safe_load(out.getvalue())
+    assert resolved["seed"] == 7
+    assert resolved["eval_steps"] == PipelineConfig.model_fields["eval_steps"].default
+    assert yaml.safe_load((REPO / "examples/grpo_gpu.yaml").read_text())["eval_steps"] != resolved["eval_steps"]
+
+
+def test_unknown_option_after_overrides_is_refused() -> None:
+    proc = _cli("validate", "examples/grpo_gpu.yaml", "seed=7", "--bogus")
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --bogus" in proc.stderr

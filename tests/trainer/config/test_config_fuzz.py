@@ -55,7 +55,7 @@ def _check(result: Any) -> None:
     assert result.ok == (not result.errors and result.config is not None)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(CONFIGS)
 def test_garbage_mappings(raw: dict[str, Any]) -> None:
     _check(validate_config(raw))
@@ -70,13 +70,13 @@ def test_garbage_worker_sections_on_a_valid_base(sections: dict[str, Any]) -> No
     _check(validate_config(raw))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.text(max_size=200))
 def test_garbage_yaml_text(text: str) -> None:
     _check(validate_config(text if "\n" in text or ":" in text else text + "\n"))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.text(max_size=30), st.builds(lambda k, v: f"{k}={v}", st.sampled_from(FIELD_NAMES),
                                                           TRICKY_TEXT)), max_size=4))
 def test_garbage_overrides(overrides: list[str]) -> None:

@@ -59,7 +59,7 @@ def test_verl_grpo_example(imported: dict) -> None:
     assert cfg.response_length == 1024 and cfg.prompt_length == 512
     assert cfg.actor_train.model_args.disable_gradient_checkpointing is False
     assert cfg.checkpoint_config.output_dir == "checkpoints/verl_grpo_example_gsm8k/qwen2.5_3b_grpo"
-    assert cfg.validation.generating_args.do_sample is False
+    assert cfg.val_greedy is True
     assert cfg.critic is None
 
 
@@ -232,10 +232,17 @@ def test_rlinf_separate_components_and_minibatch_arithmetic() -> None:
 
 
 def test_keys_without_a_native_home_are_warnings_with_value_and_reason() -> None:
-    result = validate_config(with_key("verl", "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2))
+    result = validate_config(with_key("verl", "actor_rollout_ref.model.use_remove_padding", True))
     assert result.ok
-    issue = next(i for i in result.warnings if i.path == "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
-    assert "= 2 not imported" in issue.message and "sequence parallelism" in issue.message
+    issue = next(i for i in result.warnings if i.path == "actor_rollout_ref.model.use_remove_padding")
+    assert "= True not imported" in issue.message and "packing is not implemented" in issue.message
+
+
+def test_verl_ulysses_sequence_parallel_divides_the_data_parallel_size() -> None:
+    cfg = load_config(with_key("verl", "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2))
+    assert cfg.actor_train.strategy_args.strategy_config.ulysses_sequence_parallel_size == 2
+    # 32 prompts × 4 samples / (micro 2 × dp 4/2) = 32
+    assert cfg.actor_train.training_args.gradient_accumulation_steps == 32
 
 
 def test_import_notice_is_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -265,3 +272,34 @@ def test_validate_accepts_a_foreign_file_and_names_the_format() -> None:
 def test_committed_mapping_tables_are_generated(fmt: str) -> None:
     committed = (ROOT / "docs" / "importers" / f"{fmt}.md").read_text(encoding="utf-8")
     assert committed == mapping_table(fmt), f"regenerate: python -m trainer import --mapping-table {fmt}"
+
+
+@pytest.mark.parametrize(("fmt", "path"), [("verl", "trainer.save_freq"), ("skyrl", "trainer.train_batch_size"),
+                                           ("rlinf", "algorithm.group_size")])
+def test_a_value_of_the_wrong_type_is_an_error_naming_the_key(fmt: str, path: str) -> None:
+    result = validate_config(with_key(fmt, path, "often"))
+    assert not result.ok
+    assert any(i.path == path and "'often'" in i.message for i in result.errors), result.errors
+
+
+def test_garbage_never_raises() -> None:
+    """Every leaf of every base config replaced by values of other types: issues, never exceptions."""
+    junk = ["text", -3, 0, None, [1, "x"], {"nested": True}, 1e9, True]
+    for fmt in ("verl", "skyrl", "rlinf"):
+        paths = _leaf_paths(base(fmt))
+        for index, path in enumerate(paths):
+            raw = with_key(fmt, path, junk[index % len(junk)])
+            native, found, issues = detect_and_translate(raw)
+            assert found in (fmt, "roll") and isinstance(native, dict) and isinstance(issues, list)
+            result = validate_config(raw)  # never raises either, and never hits an internal error
+            assert not any("internal error" in i.message for i in result.errors), (path, result.errors)
+
+
+def _leaf_paths(tree: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.extend(_leaf_paths(value, f"{prefix}{key}."))
+        else:
+            out.append(f"{prefix}{key}")
+    return out

@@ -26,7 +26,7 @@ def test_synthetic_dispatches_by_task() -> None:
     assert reward(prompts, perfect, samples) == [1.0] * 4
     half = [samples[0]["answer"][:2] + "?", "", "99999", samples[3]["answer"]]
     scores = reward(prompts, half, samples)
-    assert scores[0] == pytest.approx(2 / 3) and scores[1] == 0.0 and scores[3] == 1.0
+    assert scores[0] == pytest.approx(0.8 * 2 / 3 + 0.2) and scores[1] == 0.0 and scores[3] == 1.0
     with pytest.raises(ValueError, match=r"samples\[0\].task: missing"):
         reward(["p"], ["r"], [{"answer": "a"}])
 

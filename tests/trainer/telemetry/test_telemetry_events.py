@@ -110,3 +110,17 @@ def test_trackers(tmp_path: Path) -> None:
             build_tracker("wandb", tmp_path)
     with pytest.raises(ValueError, match=r"track_with: unknown tracker 'mlflow'"):
         build_tracker("mlflow", tmp_path)
+
+
+@pytest.mark.gpu
+def test_gpu_values_on_a_gpu_machine() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from trainer.telemetry.system import gpu_values
+
+    block = torch.zeros(256, 1024, 1024, device="cuda")  # 1 GiB of float32
+    values = gpu_values()
+    assert values["gpu/0/memory_allocated_gb"] >= 0.99
+    assert values["gpu/0/memory_used_gb"] >= values["gpu/0/memory_allocated_gb"]
+    del block

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from trainer.config.importers import rlinf, skyrl, verl
-from trainer.config.importers.rules import Rule, Translation, apply_rules
+from trainer.config.importers.rules import Rule, SourceValueError, Translation, apply_rules
 from trainer.config.issues import ConfigIssue
 from trainer.config.loading import FOREIGN_TOP_LEVEL_KEYS
 from trainer.config.schema import PipelineConfig
@@ -68,7 +68,12 @@ def translate(raw: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], list[Co
     t = Translation(raw=_merge_defaults(module.DEFAULTS, raw), fmt=fmt, given=dict(raw))
     apply_rules(t, module.RULES)
     if not any(issue.severity == "error" for issue in t.issues):
-        module.finish(t)
+        try:
+            module.finish(t)
+        except SourceValueError as exc:
+            t.error(exc.path, str(exc))
+        except (TypeError, ValueError) as exc:  # a value of the wrong type met by the arithmetic
+            t.error("", f"cannot translate this {fmt} config: {exc}")
     return t.native, t.issues
 
 

@@ -1,4 +1,4 @@
-"""Steps every importer shares after its rules ran: strategy clean-up and role defaults."""
+"""Steps every importer shares after its rules ran: strategy clean-up, role defaults, unused keys."""
 
 from __future__ import annotations
 
@@ -82,13 +82,13 @@ def fill_model_paths(t: Translation, roles: tuple[str, ...]) -> None:
 def drop_unused_reference(t: Translation) -> None:
     """The reference model only exists when some KL term needs it (as in verl and SkyRL)."""
     uses_kl = t.native.get("use_kl_loss") or t.native.get("add_token_level_kl")
-    if not uses_kl and "reference" in t.native:
-        ref = pop_path(t.native, "reference")
-        if isinstance(ref, dict):
-            for path, source in list(t.origin.items()):
-                if path.startswith("reference.") and t.raw is not None:
-                    t.warn(source, "not imported: no KL term is enabled, so no reference model is created")
-                    t.origin.pop(path)
+    if uses_kl or "reference" not in t.native:
+        return
+    pop_path(t.native, "reference")
+    for path, source in list(t.origin.items()):
+        if path.startswith("reference."):
+            t.warn(source, "not imported: no KL term is enabled, so no reference model is created")
+            t.origin.pop(path)
 
 
 def positive_interval(value: Any) -> Any:

@@ -30,8 +30,9 @@ def _notes(rule: Rule) -> str:
     parts = []
     if rule.note:
         parts.append(rule.note)
-    if rule.convert is not None and rule.convert.__doc__ and "→" in rule.convert.__doc__ and not rule.note:
-        parts.append(rule.convert.__doc__)
+    doc = (rule.convert.__doc__ or "") if rule.convert is not None else ""
+    if doc and (not rule.note or "→" not in rule.note):
+        parts.append(f"values: {doc}")
     if rule.implied is not UNSET:
         parts.append(f"silent when {rule.implied!r} (the native behaviour)")
     return "; ".join(parts)

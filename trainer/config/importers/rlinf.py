@@ -70,6 +70,13 @@ def _arch(key: str, implied: Any, example: Any) -> Rule:
     return Rule(f"actor.model.{key}", None, example, implied=implied, note=ARCH)
 
 
+def _converter_rules(src: str) -> list[Rule]:
+    examples = {"model": "Qwen2.5-7B", "model_type": "qwen2", "hf_model_path": "/models/hf", "save_path": "/ckpt/mg",
+                "use_gpu_num": 2, "use_gpu_index": 1, "process_num": 8, "tensor_model_parallel_size": 4,
+                "pipeline_model_parallel_size": 2}
+    return [Rule(f"{src}.{key}", None, example, note=MEGATRON_CONV) for key, example in examples.items()]
+
+
 MEGATRON = "actor_train.strategy_args.strategy_config"
 FSDP = "actor_train.strategy_args.strategy_config"
 INFER = "actor_infer.strategy_args.strategy_config"
@@ -131,6 +138,7 @@ RULES: list[Rule] = [
     Rule("algorithm.use_valid_token_scale", None, True, implied=False,
          note="loss scaling follows loss_agg_mode only"),
     Rule("algorithm.sampling_params.use_greedy", f"{GEN}.do_sample", True, _not, "inverted"),
+    Rule("algorithm.sampling_params.do_sample", f"{GEN}.do_sample", False),
     Rule("algorithm.sampling_params.temperature", f"{GEN}.temperature", 0.7),
     Rule("algorithm.sampling_params.top_k", f"{GEN}.top_k", 40),
     Rule("algorithm.sampling_params.top_p", f"{GEN}.top_p", 0.9),
@@ -142,6 +150,9 @@ RULES: list[Rule] = [
     Rule("rollout.gpu_memory_utilization", f"{INFER}.gpu_memory_utilization", 0.45),
     Rule("rollout.model_dir", "pretrain", "/models/qwen", note="the HF model of every role"),
     Rule("rollout.model_arch", None, "qwen3", note=ARCH),
+    Rule("rollout.model.model_path", "pretrain", "/models/qwen", note="newer spelling of rollout.model_dir"),
+    Rule("rollout.model.model_type", None, "qwen3", note=ARCH),
+    Rule("rollout.model.precision", "actor_infer.model_args.dtype", "bf16", to_dtype),
     Rule("rollout.precision", "actor_infer.model_args.dtype", "bf16", to_dtype),
     Rule("rollout.enforce_eager", f"{INFER}.enforce_eager", True),
     Rule("rollout.distributed_executor_backend", None, "ray", implied="mp", note="engine processes are managed "
@@ -206,6 +217,15 @@ RULES: list[Rule] = [
     Rule("actor.enable_dp_load_balance", None, True, implied=False, note="micro-batches are split evenly"),
     Rule("actor.calculate_flops", None, True, implied=False, note=NO_DEBUG),
     Rule("actor.seed", f"{TA}.seed", 7),
+    Rule("actor.enable_offload", None, False, implied=True, note=COLOCATED),
+    Rule("actor.global_batch_size", None, 16,
+         note="RLinf's FSDP actor batch knob; optimizer steps follow algorithm.n_minibatches here"),
+    Rule("actor.micro_batch_size", None, 2,
+         note="RLinf's FSDP actor batch knob; the micro-batch is algorithm.training_batch_size_per_gpu here"),
+    Rule("actor.model.model_path", "actor_train.model_args.model_name_or_path", "/models/actor"),
+    Rule("actor.model.model_type", None, "qwen3", note=ARCH),
+    Rule("actor.model.is_lora", None, True, implied=False,
+         note="LoRA is set with actor_train.model_args.lora_rank (RLinf's lora settings are not imported)"),
     Rule("actor.model.precision", "actor_train.model_args.dtype", "bf16", to_dtype),
     _arch("add_bias_linear", False, True),
     Rule("actor.model.tensor_model_parallel_size", f"{MEGATRON}.tensor_model_parallel_size", 2, note="Megatron only; "
@@ -278,13 +298,15 @@ RULES: list[Rule] = [
     Rule("actor.megatron.tp_comm_overlap_cfg", None, "/cfg/overlap.yaml", note="TP comm overlap is not configured"),
     Rule("actor.megatron.use_hf_ckpt", None, False, implied=True, note=MEGATRON_CONV),
     Rule("actor.megatron.use_profiler", None, True, implied=False, note=NO_DEBUG),
-    Rule("actor.megatron.ckpt", None, {"process_num": 8}, note=MEGATRON_CONV),
-    Rule("actor.megatron.ckpt_convertor", None, {"process_num": 8}, note=MEGATRON_CONV),
+    *_converter_rules("actor.megatron.ckpt"),
+    *_converter_rules("actor.megatron.ckpt_convertor"),
     Rule("actor.megatron.profiler", None, {"with_stack": True}, note=NO_DEBUG),
     Rule("actor.fsdp_config.strategy", None, "fsdp", implied="fsdp2", note="FSDP2 is used for fsdp and fsdp2"),
     Rule("actor.fsdp_config.sharding_strategy", None, "full_shard",
          note="FSDP2 shards fully; use fsdp_size for hybrid sharding"),
     Rule("actor.fsdp_config.cpu_offload", f"{FSDP}.cpu_offload", True, note="FSDP only"),
+    Rule("actor.fsdp_config.fsdp_size", f"{FSDP}.fsdp_size", 2, note="FSDP only"),
+    Rule("actor.fsdp_config.amp_grad_scaler.enabled", None, True, implied=False, note="no gradient scaler is used"),
     Rule("actor.fsdp_config.offload_pin_memory", f"{FSDP}.offload_pin_memory", True, note="FSDP only"),
     Rule("actor.fsdp_config.reshard_after_forward", f"{FSDP}.reshard_after_forward", False, note="FSDP only"),
     Rule("actor.fsdp_config.enable_gradient_accumulation", None, False, implied=True,
@@ -315,6 +337,8 @@ RULES: list[Rule] = [
     Rule("reward.tokenizer", None, {"use_fast": True},
          note="follows actor.tokenizer; the reward is rule-based and needs no tokenizer"),
     Rule("critic.use_critic_model", None, True, implied=False, note="RLinf reasoning configs train no critic"),
+    Rule("inference", None, {"group_name": "InferenceGroup"},
+         note="a separate log-prob component is not imported; actor_train computes old log-probs"),
 ]
 
 # RLinf's own defaults where the native default means something else.
@@ -367,7 +391,7 @@ def finish(t: Translation) -> None:
 
 def _placement(t: Translation) -> None:
     placement = t.get("cluster.component_placement")
-    nodes = int(t.get("cluster.num_nodes", 1))
+    nodes = t.int("cluster.num_nodes", 1)
     total = nodes * ASSUMED_GPUS_PER_NODE
     if placement is None:
         t.error("cluster.component_placement", "is required: which devices run actor and rollout "
@@ -420,7 +444,7 @@ def _lengths(t: Translation) -> None:
 
 
 def _kl_and_clip(t: Translation) -> None:
-    beta = float(t.get("algorithm.kl_beta", 0.0))
+    beta = t.float("algorithm.kl_beta", 0.0)
     t.native["use_kl_loss"] = beta > 0
     t.origin.setdefault("use_kl_loss", "algorithm.kl_beta")
     if t.get("algorithm.clip_ratio_c") is not None:
@@ -460,10 +484,10 @@ def _batches(t: Translation) -> None:
     dp = _dp(t)
     if not dp:
         return
-    prompts = int(t.get("data.rollout_batch_size", 1))
-    group = int(t.get("algorithm.group_size", 1))
-    steps = int(t.get("algorithm.n_minibatches", 1))
-    micro = int(t.get("algorithm.training_batch_size_per_gpu", 1))
+    prompts = t.int("data.rollout_batch_size", 1)
+    group = t.int("algorithm.group_size", 1)
+    steps = t.int("algorithm.n_minibatches", 1)
+    micro = t.int("algorithm.training_batch_size_per_gpu", 1)
     samples = prompts * group
     if steps <= 0 or samples % steps:
         t.error("algorithm.n_minibatches", f"{steps} does not divide data.rollout_batch_size × group_size = "
@@ -478,7 +502,7 @@ def _batches(t: Translation) -> None:
 
 
 def _schedule(t: Translation) -> None:
-    steps = t.get("runner.max_steps")
+    steps = t.int("runner.max_steps") if t.has("runner.max_steps") else None
     if steps is not None and steps > 0:
         t.set("max_steps", int(steps), "runner.max_steps")
         if t.written("runner.max_epochs"):
@@ -487,7 +511,7 @@ def _schedule(t: Translation) -> None:
     elif t.has("runner.max_epochs"):
         t.warn("runner.max_epochs", f"= {t.get('runner.max_epochs')} not imported: runner.max_steps is -1 and "
                "steps per epoch depend on the dataset size; set max_steps")
-    save = t.get("runner.save_interval")
+    save = t.int("runner.save_interval") if t.has("runner.save_interval") else None
     if save is not None:
         if save > 0:
             t.set("save_steps", int(save), "runner.save_interval")

@@ -17,6 +17,14 @@ from typing import Any
 from trainer.config.issues import ConfigIssue
 
 
+class SourceValueError(ValueError):
+    """A source value of the wrong type, found while computing derived values; carries the key."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+
+
 class _Unset:
     def __repr__(self) -> str:
         return "<unset>"
@@ -64,6 +72,18 @@ class Translation:
     def has(self, path: str) -> bool:
         found, value = lookup(self.raw, path)
         return found and value is not None
+
+    def int(self, path: str, default: int = 0) -> int:
+        return int(self._number(path, default))
+
+    def float(self, path: str, default: float = 0.0) -> float:
+        return float(self._number(path, default))
+
+    def _number(self, path: str, default: float) -> float:
+        value = self.get(path, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SourceValueError(path, f"must be a number, got {value!r}")
+        return value
 
     def written(self, path: str) -> bool:
         """Whether the source file itself (not a framework default) sets this key."""
@@ -186,7 +206,10 @@ def choice(table: Mapping[Any, Any], what: str) -> Callable[[Any], Any]:
             raise ValueError(f"{value!r} is not a {what} this importer knows; valid: {valid}")
         return table[key]
 
-    convert.__doc__ = ", ".join(f"{k} → {v}" for k, v in table.items())
+    renamed = [f"{k} → {v}" for k, v in table.items() if k != v]
+    same = [str(k) for k, v in table.items() if k == v]
+    parts = ([", ".join(renamed)] if renamed else []) + ([f"same names: {', '.join(same)}"] if same else [])
+    convert.__doc__ = "; ".join(parts)
     return convert
 
 

@@ -38,7 +38,6 @@ ADV = choice({"grpo": "grpo", "gae": "gae", "rloo": "rloo", "reinforce++": "rein
 LOSS_TYPE = choice({"regular": False, "dual_clip": True}, "ppo_loss_type")
 ENGINE = choice({"vllm": "vllm", "sglang": "sglang"}, "backend")
 RESUME = ("none", "latest", "from_path")
-NO_SP = "Ulysses sequence parallelism is not implemented; sequences stay whole on each rank"
 NO_DEBUG = "a debugging aid of SkyRL with no native counterpart"
 
 
@@ -67,7 +66,8 @@ def _model_rules(src: str, role: str) -> list[Rule]:
         Rule(f"{src}.fsdp_config.reshard_after_forward", f"{cfg}.reshard_after_forward", False,
              note="used with fsdp/fsdp2"),
         Rule(f"{src}.fsdp_config.fsdp_size", f"{cfg}.fsdp_size", 2, note="used with fsdp/fsdp2"),
-        Rule(f"{src}.sequence_parallel_size", None, 2, implied=1, note=NO_SP),
+        Rule(f"{src}.sequence_parallel_size", f"{cfg}.ulysses_sequence_parallel_size", 2,
+             note="Ulysses sequence parallelism; the data-parallel size becomes GPUs / this"),
     ]
     if role != "reference":
         rules += [
@@ -227,7 +227,7 @@ RULES: list[Rule] = [
     Rule(f"{G}.eval_sampling_params.top_p", "validation.generating_args.top_p", 0.95),
     Rule(f"{G}.eval_sampling_params.min_p", "validation.generating_args.min_p", 0.05),
     Rule(f"{G}.eval_sampling_params.top_k", "validation.generating_args.top_k", 40),
-    Rule(f"{G}.eval_n_samples_per_prompt", "validation.generating_args.num_return_sequences", 4),
+    Rule(f"{G}.eval_n_samples_per_prompt", "val_n_sample", 4),
     Rule(f"{G}.zero_reward_on_non_stop", None, True, implied=False,
          note="truncated responses are scored like any other"),
     Rule("environment.env_class", None, "sql", implied="gsm8k",
@@ -337,24 +337,24 @@ def _strategies(t: Translation, has_critic: bool) -> None:
             else:
                 ta["adam_beta1"], ta["adam_beta2"] = float(betas[0]), float(betas[1])
         if t.has(f"{T}.num_warmup_steps"):
-            ta["warmup_steps"] = int(t.get(f"{T}.num_warmup_steps"))
+            ta["warmup_steps"] = t.int(f"{T}.num_warmup_steps")
         if t.has(f"{T}.micro_train_batch_size_per_gpu"):
-            ta["per_device_train_batch_size"] = int(t.get(f"{T}.micro_train_batch_size_per_gpu"))
+            ta["per_device_train_batch_size"] = t.int(f"{T}.micro_train_batch_size_per_gpu")
         if t.has(f"{T}.gradient_checkpointing"):
             section = t.native[role].setdefault("model_args", {})
             section["disable_gradient_checkpointing"] = not t.get(f"{T}.gradient_checkpointing")
     for role in ("actor_train", "reference", "critic"):
         if role in t.native and t.has(f"{T}.micro_forward_batch_size_per_gpu"):
-            t.native[role]["infer_batch_size"] = int(t.get(f"{T}.micro_forward_batch_size_per_gpu"))
+            t.native[role]["infer_batch_size"] = t.int(f"{T}.micro_forward_batch_size_per_gpu")
 
 
 def _block(t: Translation, role: str) -> tuple[int, int]:
-    return int(t.get(f"{PL}.{role}_num_nodes", 1)), int(t.get(f"{PL}.{role}_num_gpus_per_node", 1))
+    return t.int(f"{PL}.{role}_num_nodes", 1), t.int(f"{PL}.{role}_num_gpus_per_node", 1)
 
 
 def _placement(t: Translation, has_critic: bool) -> None:
-    tp = int(t.get(f"{G}.inference_engine_tensor_parallel_size", 1))
-    engines = int(t.get(f"{G}.num_inference_engines", 1))
+    tp = t.int(f"{G}.inference_engine_tensor_parallel_size", 1)
+    engines = t.int(f"{G}.num_inference_engines", 1)
     nodes, per_node = _block(t, "policy")
     policy = nodes * per_node
     engine_devices = engines * tp
@@ -406,14 +406,16 @@ def _placement(t: Translation, has_critic: bool) -> None:
 
 
 def _batches(t: Translation, has_critic: bool) -> None:
-    n = int(t.get(f"{G}.n_samples_per_prompt", 1))
-    train_batch = int(t.get(f"{T}.train_batch_size", 1024))
-    micro = int(t.get(f"{T}.micro_train_batch_size_per_gpu", 1))
+    n = t.int(f"{G}.n_samples_per_prompt", 1)
+    train_batch = t.int(f"{T}.train_batch_size", 1024)
+    micro = t.int(f"{T}.micro_train_batch_size_per_gpu", 1)
     roles = [("actor_train", "policy")] + ([("critic", "critic")] if has_critic else [])
     for role, src in roles:
         path = f"{T}.{src}_mini_batch_size"
-        mini = int(t.get(path, 256))
-        dp = len(t.native.get(role, {}).get("device_mapping") or [0])
+        mini = t.int(path, 256)
+        section = t.native.get(role, {})
+        sp = int(section.get("strategy_args", {}).get("strategy_config", {}).get("ulysses_sequence_parallel_size", 1))
+        dp = max(1, len(section.get("device_mapping") or [0]) // sp)
         if mini <= 0 or train_batch % mini:
             t.error(path, f"{mini} must divide trainer.train_batch_size = {train_batch} (SkyRL takes whole "
                     "mini-batches from each batch)")
@@ -432,7 +434,7 @@ def _schedule(t: Translation) -> None:
     if t.has(f"{T}.epochs"):
         t.warn(f"{T}.epochs", f"= {t.get(f'{T}.epochs')} not imported: steps per epoch depend on the dataset size; "
                "set max_steps")
-    interval = t.get(f"{T}.ckpt_interval")
+    interval = t.int(f"{T}.ckpt_interval") if t.has(f"{T}.ckpt_interval") else None
     if interval is not None:
         if interval > 0:
             t.set("save_steps", int(interval), f"{T}.ckpt_interval")

@@ -45,8 +45,8 @@ TRUNCATION = choice({"error": "error", "left": "left", "right": "right"}, "trunc
 LOSS_AGG = choice({m: m for m in ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                                   "seq-mean-token-sum-norm")}, "loss_agg_mode")
 
+TRAIN_OFFLOAD = ("param_offload", "grad_offload", "optimizer_offload", "offload_policy")
 NO_CODE = "code named in a config is never imported; models and tokenizers load from their path"
-NO_SP = "Ulysses sequence parallelism is not implemented; sequences stay whole on each rank"
 NO_PACKING = "padding-free (remove-padding) packing is not implemented; batches are padded"
 FSDP2_WRAP = "FSDP2 shards each decoder layer; the wrap policy is fixed"
 
@@ -90,6 +90,7 @@ def _fsdp_rules(src: str, role: str, offload_keys: tuple[str, ...]) -> list[Rule
         Rule(f"{src}.wrap_policy.transformer_layer_cls_to_wrap", None, "Qwen2DecoderLayer", note=FSDP2_WRAP),
         Rule(f"{src}.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
         Rule(f"{src}.fsdp_size", f"{cfg}.fsdp_size", 4),
+        Rule(f"{src}.reshard_after_forward", f"{cfg}.reshard_after_forward", False),
     ]
     rules += [
         Rule(f"{src}.{key}", f"{cfg}.cpu_offload", True, derived=True,
@@ -125,6 +126,16 @@ RULES: list[Rule] = [
     Rule("data.return_raw_chat", None, True, implied=False, note="prompts are always kept as chats"),
     Rule("data.truncation", "actor_train.data_args.truncation_side", "left", TRUNCATION),
     Rule("data.shuffle", "actor_train.data_args.shuffle", False),
+    # data: keys of newer verl releases
+    Rule("data.filter_overlong_prompts", None, True, implied=False,
+         note="prompts longer than prompt_length follow truncation_side (error by default) instead of being dropped"),
+    Rule("data.filter_overlong_prompts_workers", None, 4, note="no prompt filtering pass"),
+    Rule("data.reward_fn_key", "actor_train.data_args.tag", "source",
+         note="the column naming each sample's domain, which rewards select on (tag_included)"),
+    Rule("data.custom_cls.path", None, "/code/ds.py", note=NO_CODE),
+    Rule("data.custom_cls.name", None, "MyDataset", note=NO_CODE),
+    Rule("data.image_key", None, "pixels", implied="images", note="multi-modal prompts are not supported"),
+    Rule("data.video_key", None, "clips", implied="videos", note="multi-modal prompts are not supported"),
     # actor_rollout_ref: common
     Rule(f"{ARR}.hybrid_engine", None, False, implied=True,
          note="roles on the same devices always take turns (offload/onload); a separate engine needs separate "
@@ -138,6 +149,9 @@ RULES: list[Rule] = [
          False, _not, "inverted: disable_gradient_checkpointing = not enable_gradient_checkpointing"),
     Rule(f"{ARR}.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
     Rule(f"{ARR}.model.trust_remote_code", "actor_train.model_args.trust_remote_code", True),
+    Rule(f"{ARR}.model.use_liger", None, True, implied=False, note="Liger kernels are not used"),
+    Rule(f"{ARR}.model.return_last_hidden_state", None, True, implied=False, note="not needed by the losses here"),
+    Rule(f"{ARR}.model.use_fused_loss", None, True, implied=False, note="log-probs are computed unfused"),
     # actor
     Rule(f"{ARR}.actor.strategy", "actor_train.strategy_args.strategy_name", "megatron", TRAIN_STRATEGY,
          "fsdp (FSDP1) runs as FSDP2 here"),
@@ -160,17 +174,27 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.actor.kl_loss_type", "kl_penalty", "mse", derived=True,
          note="the KL estimator when use_kl_loss (native kl_penalty serves both KL terms)"),
     Rule(f"{ARR}.actor.ppo_epochs", "ppo_epochs", 3),
+    Rule(f"{ARR}.actor.use_torch_compile", None, False, implied=True, note="the trainer decides on compilation"),
+    Rule(f"{ARR}.actor.checkpoint.contents", None, ["model"],
+         note="checkpoints always hold model, optimizer, scheduler and RNG state"),
     Rule(f"{ARR}.actor.shuffle", None, True, implied=False, note="mini-batches are taken in rollout order"),
-    Rule(f"{ARR}.actor.ulysses_sequence_parallel_size", None, 2, implied=1, note=NO_SP),
+    Rule(f"{ARR}.actor.ulysses_sequence_parallel_size",
+         "actor_train.strategy_args.strategy_config.ulysses_sequence_parallel_size", 2,
+         note="FSDP only; the data-parallel size becomes GPUs / this"),
     *_optim_rules(f"{ARR}.actor.optim", "actor_train"),
-    *_fsdp_rules(f"{ARR}.actor.fsdp_config", "actor_train", ("param_offload", "grad_offload", "optimizer_offload")),
+    *_fsdp_rules(f"{ARR}.actor.fsdp_config", "actor_train", TRAIN_OFFLOAD),
     # reference
+    Rule(f"{ARR}.ref.strategy", "reference.strategy_args.strategy_name", "megatron",
+         choice({"fsdp": "fsdp2_infer", "fsdp2": "fsdp2_infer", "megatron": "megatron_infer"}, "strategy"),
+         "fsdp/fsdp2 → fsdp2_infer, megatron → megatron_infer; unset follows the actor"),
+    Rule(f"{ARR}.ref.use_torch_compile", None, False, implied=True, note="the trainer decides on compilation"),
     *_fsdp_rules(f"{ARR}.ref.fsdp_config", "reference", ("param_offload",)),
     *_micro_rules(f"{ARR}.ref", "reference", "log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size",
                   "infer_batch_size", "reference log-prob micro-batch"),
     Rule(f"{ARR}.ref.log_prob_use_dynamic_bsz", "reference.use_dynamic_bsz", True),
     Rule(f"{ARR}.ref.log_prob_max_token_len_per_gpu", "reference.max_token_len_per_gpu", 8192),
-    Rule(f"{ARR}.ref.ulysses_sequence_parallel_size", None, 2, implied=1, note=NO_SP),
+    Rule(f"{ARR}.ref.ulysses_sequence_parallel_size",
+         "reference.strategy_args.strategy_config.ulysses_sequence_parallel_size", 2, note="FSDP only"),
     # rollout
     Rule(f"{ARR}.rollout.name", "actor_infer.strategy_args.strategy_name", "sglang", ROLLOUT_ENGINE),
     Rule(f"{ARR}.rollout.temperature", "actor_infer.generating_args.temperature", 0.7),
@@ -203,6 +227,25 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.rollout.log_prob_max_token_len_per_gpu", "actor_train.max_token_len_per_gpu", 8192),
     Rule(f"{ARR}.rollout.do_sample", "actor_infer.generating_args.do_sample", False),
     Rule(f"{ARR}.rollout.n", "num_return_sequences_in_group", 6),
+    Rule(f"{ARR}.rollout.disable_log_stats", "actor_infer.strategy_args.strategy_config.disable_log_stats", False),
+    Rule(f"{ARR}.rollout.mode", None, "async", implied="sync", note="generation requests are scheduled by "
+         "generate_opt_level"),
+    Rule(f"{ARR}.rollout.chat_scheduler", None, "my.Scheduler", note=NO_CODE),
+    Rule(f"{ARR}.rollout.use_fire_sampling", None, True, implied=False, note="FIRE sampling is not implemented"),
+    Rule(f"{ARR}.rollout.engine_kwargs.swap_space", None, 32, note="the engine's default swap space is used"),
+    Rule(f"{ARR}.rollout.multi_turn.enable", None, True, implied=False,
+         note="multi-turn generation is not part of the RLVR pipeline"),
+    Rule(f"{ARR}.rollout.multi_turn.max_turns", None, 3, note="multi-turn generation is not part of the RLVR pipeline"),
+    Rule(f"{ARR}.rollout.multi_turn.tool_config_path", None, "/tools.yaml",
+         note="multi-turn generation is not part of the RLVR pipeline"),
+    Rule(f"{ARR}.rollout.multi_turn.format", None, "hermes", implied="chatml",
+         note="multi-turn generation is not part of the RLVR pipeline"),
+    Rule(f"{ARR}.rollout.val_kwargs.temperature", "validation.generating_args.temperature", 0.6),
+    Rule(f"{ARR}.rollout.val_kwargs.top_p", "validation.generating_args.top_p", 0.95),
+    Rule(f"{ARR}.rollout.val_kwargs.top_k", "validation.generating_args.top_k", 20),
+    Rule(f"{ARR}.rollout.val_kwargs.n", "val_n_sample", 4),
+    Rule(f"{ARR}.rollout.val_kwargs.do_sample", "val_greedy", True, _not,
+         "inverted: val_greedy = not do_sample (verl evaluates greedily by default)"),
     # critic
     Rule("critic.strategy", "critic.strategy_args.strategy_name", "megatron", TRAIN_STRATEGY,
          "fsdp (FSDP1) runs as FSDP2 here"),
@@ -215,7 +258,11 @@ RULES: list[Rule] = [
          _not, "inverted"),
     Rule("critic.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
     Rule("critic.model.trust_remote_code", "critic.model_args.trust_remote_code", True),
-    *_fsdp_rules("critic.model.fsdp_config", "critic", ("param_offload", "grad_offload", "optimizer_offload")),
+    *_fsdp_rules("critic.model.fsdp_config", "critic", TRAIN_OFFLOAD),
+    Rule("critic.rollout_n", "num_return_sequences_in_group", 6, derived=True,
+         note="must equal actor_rollout_ref.rollout.n (verl interpolates it)"),
+    Rule("critic.checkpoint.contents", None, ["model"],
+         note="checkpoints always hold model, optimizer, scheduler and RNG state"),
     Rule("critic.ppo_mini_batch_size", "critic.training_args.gradient_accumulation_steps", 16, derived=True,
          note="as for the actor: accumulation = mini × n / (micro × dp)"),
     *_micro_rules("critic", "critic", "ppo_micro_batch_size_per_gpu", "ppo_micro_batch_size",
@@ -225,7 +272,8 @@ RULES: list[Rule] = [
     Rule("critic.use_dynamic_bsz", "critic.use_dynamic_bsz", True),
     Rule("critic.ppo_max_token_len_per_gpu", "critic.max_token_len_per_gpu", 8192),
     Rule("critic.forward_max_token_len_per_gpu", "critic.max_token_len_per_gpu", 8192),
-    Rule("critic.ulysses_sequence_parallel_size", None, 2, implied=1, note=NO_SP),
+    Rule("critic.ulysses_sequence_parallel_size", "critic.strategy_args.strategy_config.ulysses_sequence_parallel_size",
+         2, note="FSDP only; the data-parallel size becomes GPUs / this"),
     Rule("critic.ppo_epochs", "ppo_epochs", 3, derived=True, note="must equal the actor's ppo_epochs (one value "
          "here)"),
     Rule("critic.shuffle", None, True, implied=False, note="mini-batches are taken in rollout order"),
@@ -241,7 +289,20 @@ RULES: list[Rule] = [
     Rule("reward_model.model.external_lib", None, "my_models", note=NO_CODE),
     Rule("reward_model.model.trust_remote_code", "rewards.reward_model.model_args.trust_remote_code", True,
          derived=True, note="used when enable"),
+    Rule("reward_model.strategy", None, "megatron", implied="fsdp", note="reward models run forward-only (hf_infer)"),
+    Rule("reward_model.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
     Rule("reward_model.model.fsdp_config.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
+    Rule("reward_model.model.fsdp_config.wrap_policy.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
+    Rule("reward_model.model.fsdp_config.reshard_after_forward", None, False, implied=True,
+         note="reward models run forward-only (hf_infer)"),
+    Rule("reward_model.model.fsdp_config.fsdp_size", None, 4, implied=-1,
+         note="reward models run forward-only (hf_infer)"),
+    Rule("reward_model.ulysses_sequence_parallel_size", None, 2, implied=1,
+         note="reward models run forward-only (hf_infer)"),
+    Rule("reward_model.use_dynamic_bsz", None, True, implied=False, note="reward batches have a fixed size"),
+    Rule("reward_model.forward_max_token_len_per_gpu", None, 8192, note="reward batches have a fixed size"),
+    Rule("reward_model.launch_reward_fn_async", None, True, implied=False, note="rewards are computed in their "
+         "own workers"),
     Rule("reward_model.model.fsdp_config.param_offload", None, True, implied=False,
          note="reward models run forward-only without offload"),
     Rule("reward_model.micro_batch_size_per_gpu", "rewards.reward_model.infer_batch_size", 4, derived=True,
@@ -292,13 +353,24 @@ RULES: list[Rule] = [
          note="used when resume_mode is resume_path"),
     Rule("trainer.max_actor_ckpt_to_keep", "max_ckpts_to_keep", 3),
     Rule("trainer.max_critic_ckpt_to_keep", "max_ckpts_to_keep", 3),
+    Rule("trainer.balance_batch", None, True, implied=False,
+         note="micro-batches are not re-balanced by sequence length across ranks"),
+    Rule("trainer.log_val_generations", None, 10, implied=0,
+         note="evaluation samples are recorded as rollouts events"),
+    Rule("trainer.del_local_ckpt_after_load", None, True, implied=False, note="checkpoints are kept after resuming"),
+    Rule("trainer.device", None, "npu", implied="cuda", note="GPU roles run on CUDA (CPU without device_mapping)"),
+    Rule("ray_init.num_cpus", None, 16, note="the Ray cluster is started and sized by the platform"),
+    Rule("trainer.rollout_data_dir", None, "/dumps/rollouts", note="rollouts are recorded in events.jsonl"),
+    Rule("trainer.validation_data_dir", None, "/dumps/val", note="evaluation samples are recorded in events.jsonl"),
+    Rule("trainer.ray_wait_register_center_timeout", None, 600, implied=300,
+         note="worker start-up is bounded by rpc_timeout"),
 ]
 
-# verl's own defaults for the settings whose native default means something else.
+# verl's own defaults (the values ppo_trainer.yaml documents) where the native default means something else.
 DEFAULTS: dict[str, Any] = {
     "data": {"max_prompt_length": 512, "max_response_length": 512, "train_batch_size": 1024, "truncation": "error"},
     ARR: {
-        "actor": {"strategy": "fsdp", "ppo_mini_batch_size": 256, "clip_ratio": 0.2, "entropy_coeff": 0.0,
+        "actor": {"strategy": "fsdp", "ppo_mini_batch_size": 256, "clip_ratio": 0.2, "entropy_coeff": 0.001,
                   "use_kl_loss": False, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "ppo_epochs": 1,
                   "loss_agg_mode": "token-mean", "grad_clip": 1.0,
                   "optim": {"lr": 1e-6, "lr_warmup_steps_ratio": 0.0, "warmup_style": "constant",
@@ -307,20 +379,24 @@ DEFAULTS: dict[str, Any] = {
                     "tensor_model_parallel_size": 2, "gpu_memory_utilization": 0.5, "do_sample": True},
     },
     "algorithm": {"gamma": 1.0, "lam": 1.0, "adv_estimator": "gae", "kl_penalty": "kl",
-                  "kl_ctrl": {"type": "fixed", "kl_coef": 0.001}},
+                  "kl_ctrl": {"type": "fixed", "kl_coef": 0.005}},
     "trainer": {"nnodes": 1, "n_gpus_per_node": 8, "save_freq": -1, "test_freq": -1, "critic_warmup": 0,
                 "logger": ["console"]},
 }
 
 
 def finish(t: Translation) -> None:
-    n = int(t.get(f"{ARR}.rollout.n", 1))
-    total = int(t.get("trainer.nnodes", 1)) * int(t.get("trainer.n_gpus_per_node", 8))
+    n = t.int(f"{ARR}.rollout.n", 1)
+    total = t.int("trainer.nnodes", 1) * t.int("trainer.n_gpus_per_node", 8)
     has_critic = t.has("critic.model.path") or t.get("algorithm.adv_estimator") == "gae"
     roles = ["actor_train", "actor_infer", "reference"] + (["critic"] if has_critic else [])
     if not has_critic:
         t.native.pop("critic", None)
         warn_unused(t, "critic", "no critic is created (adv_estimator is not gae and critic.model.path is unset)")
+    rollout_n = t.get("critic.rollout_n")
+    if has_critic and rollout_n is not None and rollout_n != n:
+        t.error("critic.rollout_n", f"{rollout_n} differs from actor_rollout_ref.rollout.n = {n}; verl uses "
+                "${actor_rollout_ref.rollout.n} here")
     for role in roles:
         t.native.setdefault(role, {})["device_mapping"] = devices(0, total)
     t.native["actor_infer"].setdefault("strategy_args", {}).setdefault("strategy_name", "vllm")
@@ -329,17 +405,17 @@ def finish(t: Translation) -> None:
             t.native[role].setdefault("strategy_args", {}).setdefault("strategy_name", "fsdp2_train")
     train_name = t.native["actor_train"]["strategy_args"]["strategy_name"]
     ref = t.native["reference"].setdefault("strategy_args", {})
-    ref["strategy_name"] = "megatron_infer" if train_name == "megatron_train" else "fsdp2_infer"
+    ref.setdefault("strategy_name", "megatron_infer" if train_name == "megatron_train" else "fsdp2_infer")
     if "critic" in t.native and t.get("critic.strategy") is None:
         t.native["critic"]["strategy_args"]["strategy_name"] = train_name
-    _offload(t, f"{ARR}.actor.fsdp_config", "actor_train", ("param_offload", "grad_offload", "optimizer_offload"))
+    _offload(t, f"{ARR}.actor.fsdp_config", "actor_train", TRAIN_OFFLOAD)
     _offload(t, f"{ARR}.ref.fsdp_config", "reference", ("param_offload",))
-    _offload(t, "critic.model.fsdp_config", "critic", ("param_offload", "grad_offload", "optimizer_offload"))
+    _offload(t, "critic.model.fsdp_config", "critic", TRAIN_OFFLOAD)
     _lengths(t)
     _micro_batches(t, total)
     for role, src in (("actor_train", f"{ARR}.actor"), ("critic", "critic")):
         if role in t.native:
-            _optimizer_steps(t, role, src, n, total)
+            _optimizer_steps(t, role, src, n, _dp(t, role, total))
     _kl(t)
     _rewards(t, total)
     _schedule(t)
@@ -368,7 +444,13 @@ def _lengths(t: Translation) -> None:
                     f"${{data.{data_key}}} here, set it to {expected}")
 
 
-def _micro_batches(t: Translation, dp: int) -> None:
+def _dp(t: Translation, role: str, total: int) -> int:
+    """verl's data-parallel size: GPUs / Ulysses sequence-parallel size (FSDP); Megatron keys are not read."""
+    cfg = t.native.get(role, {}).get("strategy_args", {}).get("strategy_config", {})
+    return max(1, total // int(cfg.get("ulysses_sequence_parallel_size", 1)))
+
+
+def _micro_batches(t: Translation, total: int) -> None:
     """Per-GPU micro-batches are taken as they are; deprecated global ones are divided by dp."""
     for rule in RULES:
         if not (rule.derived and rule.target and rule.target.endswith(("per_device_train_batch_size",
@@ -379,7 +461,8 @@ def _micro_batches(t: Translation, dp: int) -> None:
         role = rule.target.split(".")[0]
         if role not in t.native:
             continue
-        value = int(t.get(rule.source))
+        value = t.int(rule.source)
+        dp = _dp(t, role, total)
         if not rule.source.endswith("_per_gpu"):
             if t.has(f"{rule.source}_per_gpu"):
                 t.warn(rule.source, f"ignored: {rule.source}_per_gpu is set and takes precedence")
@@ -394,15 +477,13 @@ def _micro_batches(t: Translation, dp: int) -> None:
 
 def _optimizer_steps(t: Translation, role: str, src: str, n: int, dp: int) -> None:
     """gradient_accumulation_steps from verl's mini-batch (prompts) and per-GPU micro-batch (samples)."""
-    train_batch = int(t.get("data.train_batch_size", 1024))
-    mini = t.get(f"{src}.ppo_mini_batch_size")
-    if mini is None:
-        if role == "critic":
-            mini = t.get(f"{ARR}.actor.ppo_mini_batch_size", 256)
-        else:
-            return
-    mini = int(mini)
+    train_batch = t.int("data.train_batch_size", 1024)
     path = f"{src}.ppo_mini_batch_size"
+    if not t.has(path):
+        if role != "critic":
+            return
+        path = f"{ARR}.actor.ppo_mini_batch_size"  # verl: ${actor_rollout_ref.actor.ppo_mini_batch_size}
+    mini = t.int(path, 256)
     if mini <= 0 or train_batch % mini:
         t.error(path, f"{mini} must divide data.train_batch_size = {train_batch} (verl splits each batch into "
                 f"mini-batches); use a divisor of {train_batch}")
@@ -433,11 +514,14 @@ def _optimizer_steps(t: Translation, role: str, src: str, n: int, dp: int) -> No
 
 def _kl(t: Translation) -> None:
     use_loss = bool(t.get(f"{ARR}.actor.use_kl_loss"))
-    coef = float(t.get("algorithm.kl_ctrl.kl_coef", 0.001))
+    coef = t.float("algorithm.kl_ctrl.kl_coef", 0.005)
     in_reward = bool(t.get("algorithm.use_kl_in_reward")) if t.has("algorithm.use_kl_in_reward") else (
         not use_loss and coef > 0)
     t.native["add_token_level_kl"] = in_reward
     t.origin.setdefault("add_token_level_kl", "algorithm.use_kl_in_reward")
+    if in_reward and not t.has("algorithm.use_kl_in_reward"):
+        t.warn("algorithm.use_kl_in_reward", f"unset: KL goes into the reward (kl_coef {coef}) because use_kl_loss is "
+               "off, as in verl before use_kl_in_reward existed; set it to false to train without KL")
     loss_est, reward_est = t.get(f"{ARR}.actor.kl_loss_type", "low_var_kl"), t.get("algorithm.kl_penalty", "kl")
     try:
         if use_loss:
@@ -464,7 +548,7 @@ def _rewards(t: Translation, dp: int) -> None:
             section["model_args"]["trust_remote_code"] = t.get("reward_model.model.trust_remote_code")
         micro = t.get("reward_model.micro_batch_size_per_gpu")
         if micro is None and t.has("reward_model.micro_batch_size"):
-            micro = max(1, int(t.get("reward_model.micro_batch_size")) // dp)
+            micro = max(1, t.int("reward_model.micro_batch_size") // dp)
         if micro is not None:
             section["infer_batch_size"] = micro
         if t.has("reward_model.max_length"):
@@ -490,7 +574,7 @@ def _schedule(t: Translation) -> None:
     elif t.has("trainer.total_epochs"):
         t.warn("trainer.total_epochs", f"= {t.get('trainer.total_epochs')} not imported: the number of steps per "
                "epoch depends on the dataset size; set max_steps (or trainer.total_training_steps)")
-    save = t.get("trainer.save_freq")
+    save = t.int("trainer.save_freq") if t.has("trainer.save_freq") else None
     if save is not None:
         if save > 0:
             t.set("save_steps", int(save), "trainer.save_freq")
@@ -513,7 +597,7 @@ def _schedule(t: Translation) -> None:
 
 
 def _validation(t: Translation) -> None:
-    """verl evaluates with the rollout's settings but greedy (do_sample false)."""
+    """verl evaluates with the rollout's settings but greedy (do_sample false): val_greedy."""
     section = t.native.get("validation")
     if not section:
         return
@@ -521,4 +605,4 @@ def _validation(t: Translation) -> None:
     for key, value in (t.native["actor_train"].get("data_args") or {}).items():
         if key not in ("file_name", "shuffle"):
             data.setdefault(key, value)
-    section.setdefault("generating_args", {"do_sample": False, "temperature": 0.0})
+    t.native.setdefault("val_greedy", True)

@@ -1,0 +1,86 @@
+"""Supervisor steps that need only the database (no Ray contact happens in these)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from policylab.experiments import services as experiment_services
+from policylab.experiments.models import Project, Run
+from policylab.jobs.supervisor import RaySession, run_config, tick, write_run_config
+from scripts.services import free_port
+
+NOWHERE = f"http://127.0.0.1:{free_port()}"  # nothing listens: a test that contacted Ray would fail
+
+
+@pytest.fixture
+def experiment(alice, team_a, demo_yaml):
+    project = Project.objects.create(team=team_a, name="p")
+    return experiment_services.create_experiment(project, "e", demo_yaml, user=alice)
+
+
+def test_run_config_applies_overrides_and_forces_everything_into_the_run_dir(experiment, settings, tmp_path) -> None:
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    run = Run.objects.create(experiment=experiment, overrides=["max_steps=7", "actor_train.training_args.learning_rate=0.01"])
+    config = run_config(run, "/elsewhere/checkpoints/step_3")
+    assert config["max_steps"] == 7
+    assert config["actor_train"]["training_args"]["learning_rate"] == 0.01
+    assert config["output_dir"] == str(tmp_path / "runs" / f"run-{run.pk}")
+    assert config["logging_dir"].startswith(config["output_dir"])
+    assert config["checkpoint_config"]["output_dir"].startswith(config["output_dir"])
+    assert config["resume_from_checkpoint"] == "/elsewhere/checkpoints/step_3"
+    path = write_run_config(run, True)
+    assert path == run.run_dir / "config.yaml"
+    written = yaml.safe_load(path.read_text())
+    assert written["resume_from_checkpoint"] is True and written["max_steps"] == 7
+
+    from trainer.config import load_config
+
+    assert load_config(path).output_dir == str(run.run_dir)  # the trainer reads it as written
+
+
+def test_a_run_cancelled_before_it_started_never_reaches_ray(experiment) -> None:
+    run = Run.objects.create(experiment=experiment, cancel_requested=True)
+    assert tick(run.pk, RaySession(NOWHERE)) == "cancelled"
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.finished_at is not None
+    assert run.attempts.count() == 0
+
+
+def test_an_invalid_config_fails_the_run_without_submitting_or_retrying(experiment, settings, tmp_path: Path) -> None:
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    run = Run.objects.create(experiment=experiment, overrides=["max_steps=-3"], max_retries=2)
+    assert tick(run.pk, RaySession(NOWHERE)) == "failed"
+    run.refresh_from_db()
+    attempt = run.attempts.get()
+    assert run.status == "failed" and attempt.status == "failed"
+    assert "config does not load" in run.message and "max_steps" in run.message  # names the field
+    assert attempt.ray_job_id == "" and not (run.run_dir / "config.yaml").exists()
+
+
+def test_a_finished_run_is_left_alone(experiment) -> None:
+    run = Run.objects.create(experiment=experiment, status="succeeded")
+    assert tick(run.pk, RaySession(NOWHERE)) == "nothing to do: run is succeeded"
+    assert tick(10**9, RaySession(NOWHERE)) == "run deleted"
+
+
+def test_a_resumed_run_opens_the_next_attempt_with_a_fresh_retry_budget(experiment, settings, tmp_path) -> None:
+    from policylab.experiments.models import RunAttempt
+    from policylab.jobs.models import AttemptLaunch
+    from policylab.jobs.ray_jobs import RayUnavailable
+
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    run = Run.objects.create(experiment=experiment, status="queued", resume_from="/runs/run-1/checkpoints/step_5")
+    old = RunAttempt.objects.create(run=run, number=2, status="failed", ray_job_id="policylab-run1-a2")
+    AttemptLaunch.objects.create(attempt=old, retry=2)
+    with pytest.raises(RayUnavailable):  # written and ready to submit; Ray is not there
+        tick(run.pk, RaySession(NOWHERE))
+    new = run.attempts.get(number=3)
+    assert (new.status, new.ray_job_id) == ("submitting", "")
+    assert (new.launch.retry, new.launch.launch_resume_from) == (0, "/runs/run-1/checkpoints/step_5")
+    assert yaml.safe_load((run.run_dir / "config.yaml").read_text())["resume_from_checkpoint"] == (
+        "/runs/run-1/checkpoints/step_5")
+    run.refresh_from_db()
+    assert run.status == "submitting"

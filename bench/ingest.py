@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -123,8 +122,26 @@ def emit(emitter, steps: int, keys: int, first_step: int, rate: float | None) ->
                 time.sleep(ahead)
 
 
+def produce(run_id: str, redis_url: str, jsonl: Path, steps: int, keys: int, first_step: int, rate: float | None) -> None:
+    """The trainer's side, in a process of its own: EventEmitter -> events.jsonl + Redis Stream."""
+    from trainer.telemetry import EventEmitter, JsonlSink
+    from trainer.telemetry.redis_stream import RedisStreamSink
+
+    emitter = EventEmitter(run_id, 1, [JsonlSink(jsonl, flush_every=64), RedisStreamSink(redis_url, run_id)])
+    emit(emitter, steps, keys, first_step, rate)
+    emitter.close(timeout=60)
+
+
+def producer_process(run_id: str, redis_url: str, jsonl: Path, steps: int, keys: int, first_step: int,
+                     rate: float | None) -> subprocess.Popen:
+    argv = [sys.executable, __file__, "--produce", run_id, redis_url, str(jsonl), str(steps), str(keys),
+            str(first_step), str(rate or 0)]
+    return subprocess.Popen(argv, cwd=REPO_ROOT)
+
+
 async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeout: float) -> list[tuple[float, float, int]]:
-    """Connect, then start `produce` and collect (receipt time, emit time, points) per metrics event."""
+    """Connect, then call `produce` (starts the producer process) and collect (receipt time, emit
+    time, points) per metrics event."""
     import aiohttp
 
     got: list[tuple[float, float, int]] = []
@@ -133,8 +150,7 @@ async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeo
     ) as ws:
         while "seq" not in json.loads((await ws.receive()).data):  # snapshot frames
             pass
-        producer = threading.Thread(target=produce, daemon=True)
-        producer.start()
+        producer = produce()
         deadline = time.monotonic() + timeout
         while len(got) < expected_events and time.monotonic() < deadline:
             try:
@@ -147,7 +163,7 @@ async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeo
             for event in json.loads(message.data).get("events", []):
                 if event["type"] == "metrics":
                     got.append((now, event["time"], len(event["data"]["values"])))
-        producer.join(timeout=5)
+        producer.wait(timeout=60)
     return got
 
 
@@ -177,6 +193,10 @@ def run_mlflow(python: Path, points: int, keys: int, work: Path) -> dict | None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--produce"]:
+        run_id, redis_url, jsonl, steps, keys, first_step, rate = sys.argv[2:9]
+        produce(run_id, redis_url, Path(jsonl), int(steps), int(keys), int(first_step), float(rate) or None)
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--points", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=100, help="metric keys per event (step)")
@@ -200,17 +220,16 @@ def main() -> None:
         wait_port(port, processes[0], "daphne")
         ws_url = f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/"
 
-        from trainer.telemetry import EventEmitter, JsonlSink
-        from trainer.telemetry.redis_stream import RedisStreamSink
+        jsonl = run.run_dir / "events.jsonl"
 
-        emitter = EventEmitter(run.trainer_run_id, 1, [JsonlSink(run.run_dir / "events.jsonl", flush_every=64),
-                                                      RedisStreamSink(redis.address, run.trainer_run_id)])
-        time.sleep(2.5)  # the ingest process discovers streams by SCAN every 2 s: start from a steady state
+        def start(steps: int, first_step: int, rate: float | None):
+            return lambda: producer_process(run.trainer_run_id, redis.address, jsonl, steps, args.keys, first_step, rate)
 
+        asyncio.run(receive(ws_url, cookie, 1, start(1, 0, None), timeout=30))  # warm up: stream discovered
         # 1. throughput
         steps = args.points // args.keys
         t0 = time.time()
-        got = asyncio.run(receive(ws_url, cookie, steps, lambda: emit(emitter, steps, args.keys, 1, None), timeout=300))
+        got = asyncio.run(receive(ws_url, cookie, steps, start(steps, 1, None), timeout=300))
         points = sum(n for *_, n in got)
         elapsed = max(r for r, _, _ in got) - t0
         rate = points / elapsed
@@ -220,11 +239,9 @@ def main() -> None:
 
         # 2. latency at a paced rate
         paced_steps = int(args.paced_rate * args.paced_seconds / args.keys)
-        paced = asyncio.run(receive(ws_url, cookie, paced_steps,
-                                    lambda: emit(emitter, paced_steps, args.keys, steps + 1, args.paced_rate),
+        paced = asyncio.run(receive(ws_url, cookie, paced_steps, start(paced_steps, steps + 1, args.paced_rate),
                                     timeout=args.paced_seconds + 60))
         latencies = [(r - e) * 1000 for r, e, _ in paced]
-        emitter.close()
 
         print(f"PolicyLab ingest ({'SQLite' if database_url.startswith('sqlite') else 'PostgreSQL'}), "
               f"{args.keys} keys per event:")

@@ -390,8 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_web:
         only = tuple(name for name in only if name != "web")
 
-    # SIGTERM (e.g. from a parent script) unwinds like Ctrl-C, so the finally block stops everything.
+    # SIGTERM (e.g. from a parent script) unwinds like Ctrl-C, so the finally block stops everything;
+    # SIGINT explicitly too, since a shell starts background jobs with SIGINT ignored.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         with running_services(only, var_dir=args.var_dir, web_host=args.host, web_port=args.port):
             print("all services up; Ctrl-C stops what was started here", flush=True)

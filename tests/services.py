@@ -93,7 +93,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     try:
         yield head
     finally:
-        t=time.time(); head.stop(); print("RAYSTOP", time.time()-t)
+        head.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -107,7 +107,8 @@ def use_file_sqlite_test_database() -> None:
     if settings_dict["ENGINE"].endswith("sqlite3"):
         test = settings_dict.setdefault("TEST", {})
         if not test.get("NAME"):
-            test["NAME"] = str(Path(tempfile.mkdtemp(prefix="policylab-testdb-")) / "test.sqlite3")
+            # A file only (pytest-django deletes it at the end); unique per session.
+            test["NAME"] = str(Path(tempfile.gettempdir()) / f"policylab-test-{os.getpid()}-{uuid.uuid4().hex[:8]}.sqlite3")
 
 
 def database_url() -> str:
@@ -154,9 +155,25 @@ class CeleryServices:
         return self.worker
 
     def ensure_worker(self) -> Service:
+        """A live worker (and beat), started again if a test stopped, killed or paused them."""
+        if self.beat is None or not self.beat.alive():
+            self.beat = start_celery_beat(self.env, self.var_dir)
         if self.worker is None or not self.worker.alive():
             return self.start_worker()
         return self.worker
+
+    def pause(self) -> None:
+        """Stop worker and beat until the next ensure_worker(). Call it when your tests are done:
+        beat's reconcile would otherwise pick up runs that later tests commit to the shared
+        database and start supervising them."""
+        self.stop()
+        self.worker = self.beat = None
+
+    def stop_worker(self, timeout: float = 15.0) -> None:
+        """Warm shutdown (SIGTERM), as Ctrl-C of the run script does."""
+        assert self.worker is not None
+        self.worker.stop(timeout=timeout)
+        self.worker = None
 
     def kill_worker(self) -> None:
         assert self.worker is not None
@@ -208,7 +225,7 @@ def celery_services(shared_test_database: str, jobs_redis_url: str, ray_head: Se
         services.start_worker()
         yield services
     finally:
-        t=time.time(); services.stop(); print("CELERYSTOP", time.time()-t)
+        services.stop()
         app.conf.broker_url, app.conf.result_backend = saved_conf
         app.close()
         for name, value in saved.items():

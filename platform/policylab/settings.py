@@ -45,6 +45,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -102,7 +103,10 @@ STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     "policylab.tracking.finders.PlotlyFinder",  # vendor/plotly.min.js from the plotly package (no CDN)
 ]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# WhiteNoise serves static files straight from the app folders, so a deployment needs no
+# collectstatic step and no separate file server (set DJANGO_STATIC_ROOT to use collectstatic).
+WHITENOISE_USE_FINDERS = True
+STATIC_ROOT = os.environ.get("DJANGO_STATIC_ROOT") or None
 
 # --- services -------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

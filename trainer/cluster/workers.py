@@ -65,7 +65,9 @@ def _build_train_strategy(cfg: Any, role: str, model: nn.Module, rank: int, worl
 
     section = _role_cfg(cfg, role)
     steps = cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)
-    options = section.strategy_args.strategy_config.model_dump() if section.strategy_args is not None else None
+    # only what the config sets: the strategy applies its own defaults to the rest
+    options = (section.strategy_args.strategy_config.model_dump(exclude_unset=True)
+               if section.strategy_args is not None else None)
     return build_strategy(strategy_name(section, "torch_train"), model, _optim_config(cfg, role, steps),
                           rank=rank, world_size=world_size, device=_device(), strategy_config=options)
 

@@ -199,10 +199,10 @@ class DataArgs(Section):
     preprocessing_num_workers: int | None = fld(
         None, category="Data", ge=1, description="Processes used to tokenize the dataset."
     )
-    truncation_side: Literal["left", "right", "error"] = fld(
+    truncation_side: Literal["left", "right", "drop", "error"] = fld(
         "error", category="Data",
         description="What happens to prompts longer than prompt_length: cut from the left, from the right, "
-        "or report an error.",
+        "leave the sample out (counted in one warning), or report an error.",
     )
     domain_interleave_probs: dict[str, float] | None = fld(
         None, category="Data", description="Sampling probability of each domain tag inside one rollout batch."

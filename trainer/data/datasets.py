@@ -23,8 +23,9 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from trainer.config.schema import DataArgs
 from trainer.data.synthetic import get_task
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 FILE_FORMATS = (".json", ".jsonl", ".csv", ".parquet")
 NATIVE_TEMPLATES = ("native", "chatml", "qwen2", "qwen2_5", "qwen3")
 RAW_TEMPLATES = ("none", "raw")
-TRUNCATION_SIDES = ("left", "right", "drop", "error")
+TRUNCATION_SIDES: tuple[str, ...] = get_args(DataArgs.model_fields["truncation_side"].annotation)
 
 
 def _arg(data_args: Any, key: str, default: Any = None) -> Any:

@@ -29,6 +29,14 @@ def teams_of(user: Any) -> QuerySet[Team]:
     return teams
 
 
+def team_for(user: Any, team_id: Any) -> Team | None:
+    """One of the user's teams by id (a form value: anything not an id is None, never an error)."""
+    try:
+        return teams_of(user).filter(pk=int(team_id)).first()
+    except (TypeError, ValueError):
+        return None
+
+
 def scope_to_user(queryset: QuerySet, user: Any, team_path: str = "team") -> QuerySet:
     """Restrict `queryset` to rows whose `team_path` (e.g. "experiment__project__team") is one of the
     user's teams."""

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from policylab.accounts.models import ApiToken
-from policylab.accounts.scoping import teams_of
+from policylab.accounts.scoping import team_for, teams_of
 from policylab.accounts.services import create_api_token, revoke_api_token
 
 
@@ -21,7 +21,7 @@ def tokens_of(user):
 def tokens(request: HttpRequest) -> HttpResponse:
     new_secret = None
     if request.method == "POST":
-        team = teams_of(request.user).filter(pk=request.POST.get("team") or 0).first()
+        team = team_for(request.user, request.POST.get("team"))
         name = request.POST.get("name", "").strip()
         if team is None or not name:
             messages.error(request, "A token needs a name and one of your teams.")

@@ -3,12 +3,12 @@ config is validated by trainer.config (the single source of truth), not by a sec
 
 from __future__ import annotations
 
-from django.urls import NoReverseMatch, reverse
-from drf_spectacular.types import OpenApiTypes
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from policylab.accounts.models import ApiToken, Team
+from policylab.accounts.scoping import teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
 
 
@@ -88,8 +88,6 @@ class ProjectSerializer(serializers.ModelSerializer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from policylab.accounts.scoping import teams_of
-
         request = self.context.get("request")
         self.fields["team"].queryset = teams_of(request.user if request else None)
 
@@ -116,10 +114,7 @@ class RunSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_dashboard_url(self, run: Run) -> str:
-        try:
-            return reverse("tracking:run_detail", args=[run.pk])
-        except NoReverseMatch:
-            return reverse("experiments:run_status", args=[run.pk])
+        return reverse("tracking:run_detail", args=[run.pk])
 
 
 class ExperimentSerializer(serializers.ModelSerializer):
@@ -203,5 +198,3 @@ class IssuedTokenSerializer(ApiTokenSerializer):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
         read_only_fields = fields
 
-
-ConfigSchemaResponse = OpenApiTypes.OBJECT

@@ -16,10 +16,10 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from policylab.accounts.scoping import can_write, teams_of
+from policylab.accounts.scoping import can_write, team_for, teams_of
 from policylab.experiments import selectors, services
 from policylab.experiments.config_editor import (
     FormParseError,
@@ -35,11 +35,8 @@ DEMO_CONFIG = Path(settings.REPO_ROOT) / "examples" / "demo_grpo_cpu.yaml"
 
 
 def run_page_url(run: Run) -> str:
-    """The live run dashboard (tracking app) when installed, else the simple status page."""
-    try:
-        return reverse("tracking:run_detail", args=[run.pk])
-    except NoReverseMatch:
-        return reverse("experiments:run_status", args=[run.pk])
+    """The tracking app's live run dashboard."""
+    return reverse("tracking:run_detail", args=[run.pk])
 
 
 @login_required
@@ -57,7 +54,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def project_new(request: HttpRequest) -> HttpResponse:
-    team = teams_of(request.user).filter(pk=request.POST.get("team") or 0).first()
+    team = team_for(request.user, request.POST.get("team"))
     name = request.POST.get("name", "").strip()
     if team is None or not name:
         messages.error(request, "A project needs a name and one of your teams.")

@@ -258,6 +258,7 @@ def tick(run_id: int, ray: RaySession) -> str | None:
         number = attempt.number + 1 if attempt is not None else 1
         attempt = open_attempt(run, number, retry=0, launch_resume_from=run.resume_from)
 
+    retries_used = launch_of(attempt).retry
     if not attempt.ray_job_id:
         if run.cancel_requested:
             finish(run, attempt, Step("finish", CANCELLED, CANCELLED, "cancelled before it started"))
@@ -268,7 +269,7 @@ def tick(run_id: int, ray: RaySession) -> str | None:
             finish(run, attempt, Step("finish", STATUS_FAILED, STATUS_FAILED, str(error)))
             return STATUS_FAILED
         except SubmitFailed as error:
-            step = next_step(FAILED, cancel_requested=False, retries_used=launch_of(attempt).retry,
+            step = next_step(FAILED, cancel_requested=False, retries_used=retries_used,
                              max_retries=run.max_retries, ray_message=str(error))
             return _finish_or_retry(run, attempt, step)
 
@@ -277,7 +278,7 @@ def tick(run_id: int, ray: RaySession) -> str | None:
     step = next_step(
         state.status,
         cancel_requested=run.cancel_requested,
-        retries_used=launch_of(attempt).retry,
+        retries_used=retries_used,
         max_retries=run.max_retries,
         exit_code=state.exit_code,
         ray_message=state.message,

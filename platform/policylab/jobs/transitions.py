@@ -26,6 +26,7 @@ ACTIVE = frozenset({QUEUED, SUBMITTING, STATUS_RUNNING})
 TRAINER_CONFIG_ERROR_EXIT = 2
 
 Action = Literal["wait", "stop_job", "finish", "retry"]
+MESSAGE_LIMIT = 4000  # characters of Ray's failure message kept in Run/RunAttempt.message
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def next_step(
     if ray_status == MISSING:
         error = f"Ray job {job_id} vanished from the cluster (was the Ray head restarted?)"
     else:
-        error = ray_message.strip() or f"Ray job {job_id} failed"
+        error = clip(ray_message.strip()) or f"Ray job {job_id} failed"
         if exit_code == TRAINER_CONFIG_ERROR_EXIT:
             return Step("finish", STATUS_FAILED, STATUS_FAILED, f"invalid config (trainer exit code 2): {error}")
     if retries_used < max_retries:
@@ -93,6 +94,15 @@ def next_step(
     if max_retries:
         error = f"{error} (gave up after {max_retries} {'retry' if max_retries == 1 else 'retries'})"
     return Step("finish", STATUS_FAILED, STATUS_FAILED, error)
+
+
+def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """Ray's failure message carries the job's last ~20 000 log characters: keep its head (the
+    reason) and the end of the log (the traceback), drop the middle."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit // 4].rsplit("\n", 1)[0]
+    return f"{head}\n[… {len(text) - limit} characters cut …]\n{text[-(limit - len(head)):]}"
 
 
 def resume_for_attempt(launch_resume_from: str, retry: int, has_own_checkpoint: bool) -> bool | str:

@@ -42,3 +42,11 @@ def test_api_docs_page_uses_local_assets(alice):
     client.force_login(alice)
     html = client.get("/api/docs/").content.decode()
     assert "/static/drf_spectacular_sidecar/" in html and "cdn." not in html
+
+
+def test_static_files_are_served_with_debug_off(settings):
+    settings.DEBUG = False
+    for path in ("/static/css/policylab.css", "/static/js/config_editor.js"):
+        response = Client().get(path)
+        assert response.status_code == 200, path
+        assert b"".join(response.streaming_content)

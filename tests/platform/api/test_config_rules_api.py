@@ -11,8 +11,8 @@ import pytest
 from policylab.experiments.models import Experiment, Project
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "trainer" / "config"))
-from config_testing import changed  # noqa: E402
-from test_config_validation import RULES  # noqa: E402
+from config_testing import changed
+from test_config_validation import RULES
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,8 @@ import json
 import pytest
 import yaml
 from django.core.management import call_command
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from policylab.experiments.models import Experiment, Run
 
@@ -148,3 +150,33 @@ def test_launch_creates_a_queued_run_and_hands_it_to_jobs(api_alice, alice, team
 
 def test_openapi_document_validates():
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", "/dev/null")
+
+
+def test_openapi_document_describes_the_endpoints_and_bearer_tokens():
+    from drf_spectacular.generators import SchemaGenerator
+
+    document = SchemaGenerator().get_schema(request=None, public=True)
+    for path in ("/api/experiments/", "/api/experiments/{id}/runs/", "/api/runs/{id}/fork/", "/api/configs/validate/",
+                 "/api/config-schema/", "/api/tokens/{id}/"):
+        assert path in document["paths"], path
+    assert document["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    create = document["paths"]["/api/experiments/"]["post"]
+    assert {"201", "400"} <= set(create["responses"])
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=12,
+)
+CONFIG_KEYS = st.sampled_from(["rollout_batch_size", "actor_train", "adv_estimator", "rewards", "data", "trainer",
+                               "actor_rollout_ref", "device_mapping", "max_steps", "x"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(config=st.dictionaries(CONFIG_KEYS, JSON, max_size=4) | JSON, overrides=JSON)
+def test_random_configs_are_never_a_500(api_alice, config, overrides):
+    for body in ({"config": config}, {"config": config, "overrides": overrides}):
+        response = api_alice.post("/api/configs/validate/", body, format="json")
+        assert response.status_code in (200, 400), response.content
+        assert "errors" in response.json()

@@ -7,7 +7,7 @@ from io import StringIO
 
 import pytest
 import yaml
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from policylab.experiments.models import Experiment, Project, Run
@@ -82,20 +82,42 @@ def test_editor_shows_errors_inline_and_saves_nothing(browser, project):
     assert field and "greater than 0" in field.group(1)
 
 
+VERL = {
+    "data": {"train_batch_size": 8, "max_prompt_length": 64, "max_response_length": 32, "train_files": "t.parquet"},
+    "algorithm": {"adv_estimator": "grpo"},
+    "actor_rollout_ref": {
+        "model": {"path": "/models/m"},
+        "actor": {"optim": {"lr": 3e-6}, "ppo_mini_batch_size": 8, "ppo_micro_batch_size_per_gpu": 2},
+        "rollout": {"n": 4, "name": "hf"},
+    },
+    "trainer": {"total_epochs": 1, "n_gpus_per_node": 1, "nnodes": 1},
+}
+
+
+def input_tag(html: str, name: str) -> str:
+    return re.search(rf'<input [^>]*name="{re.escape(name)}"[^>]*>', html).group(0)
+
+
 def test_yaml_tab_imports_a_foreign_format_and_fills_the_form(browser, project, demo_yaml):
-    verl = {"data": {"train_batch_size": 8}, "algorithm": {"adv_estimator": "grpo"},
-            "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}}}, "trainer": {"total_epochs": 1}}
-    response = browser.post("/editor/check/", {"editor_mode": "yaml", "config_yaml": yaml.safe_dump(verl), "render_form": "1"})
+    response = browser.post("/editor/check/", {"editor_mode": "yaml", "config_yaml": yaml.safe_dump(VERL), "render_form": "1"})
     body = response.json()
-    assert body["source_format"] == "verl"  # detected; the importer's errors and warnings come back by field
-    assert body["ok"] or body["errors"]
-    assert 'name="rollout_batch_size"' in body["form_html"]
+    assert body["source_format"] == "verl" and body["ok"], body["errors"]
+    assert body["warnings"] and all(w["field"] and w["message"] for w in body["warnings"])  # the importer's notes
+    assert 'value="8"' in input_tag(body["form_html"], "rollout_batch_size")
+    assert 'value="3e-06"' in input_tag(body["form_html"], "actor_train.training_args.learning_rate")
+    assert yaml.safe_load(body["yaml"])["actor_train"]["model_args"]["model_name_or_path"] == "/models/m"
+
     native = browser.post("/editor/check/", {"editor_mode": "yaml", "config_yaml": demo_yaml, "render_form": "1"}).json()
-    assert native["ok"] and native["derived"]["actor_train.global_train_batch"] == 64
-    assert 'value="16"' in re.search(r'name="rollout_batch_size"[^>]*>', native["form_html"]).group(0)
+    assert native["ok"] and native["source_format"] == "roll"
+    assert native["derived"]["actor_train.global_train_batch"] == 64
+    assert 'value="16"' in input_tag(native["form_html"], "rollout_batch_size")
+
     saved = browser.post(f"/projects/{project.pk}/experiments/new/",
-                         {"name": "from yaml", "editor_mode": "yaml", "config_yaml": demo_yaml, "source_format": "auto"})
-    assert saved.status_code == 302 and Experiment.objects.get(name="from yaml").source_text == demo_yaml
+                         {"name": "from verl", "editor_mode": "yaml", "config_yaml": yaml.safe_dump(VERL), "source_format": "auto"})
+    assert saved.status_code == 302
+    experiment = Experiment.objects.get(name="from verl")
+    assert experiment.source_format == "verl" and experiment.config["rollout_batch_size"] == 8
+    assert yaml.safe_load(experiment.source_text) == VERL  # the file as submitted is kept next to the native snapshot
 
 
 def test_experiment_page_launches_a_run(browser, alice, team_a, make_experiment, django_capture_on_commit_callbacks):
@@ -128,3 +150,38 @@ def test_projects_are_created_in_your_own_teams_only(browser, team_a, team_b, vi
     viewer = Client()
     viewer.force_login(victor)
     assert viewer.post("/projects/new/", {"name": "p3", "team": team_a.pk}).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("url", "data"),
+    [
+        ("/projects/new/", {"name": "p", "team": "abc"}),
+        ("/accounts/tokens/", {"name": "t", "team": "1; drop table"}),
+        ("/editor/check/", {"editor_mode": "yaml", "config_yaml": "{{{: ["}),
+        ("/editor/check/", {"editor_mode": "yaml", "config_yaml": "- a\n- list\n"}),
+        ("/editor/check/", {"editor_mode": "form", "rollout_batch_size": "1e999", "seed": "x"}),
+        ("/editor/check/", {"editor_mode": "yaml", "config_yaml": "x", "source_format": "cobol"}),
+    ],
+)
+def test_bad_form_input_is_never_a_500(browser, url, data):
+    assert browser.post(url, data).status_code in (200, 302)
+
+
+def test_bad_run_action_input_is_never_a_500(browser, alice, team_a, make_experiment):
+    run = Run.objects.create(experiment=make_experiment(alice, team_a), status="failed")
+    for data in ({"checkpoint": "abc"}, {"checkpoint": "999999"}, {}):
+        assert browser.post(f"/runs/{run.pk}/resume/", data).status_code == 302
+        assert browser.post(f"/runs/{run.pk}/fork/", {**data, "overrides": "no equals"}).status_code == 302
+    assert browser.post(f"/experiments/{run.experiment.pk}/launch/", {"overrides": "max_steps"}).status_code == 302
+    assert Run.objects.count() == 1
+
+
+def test_launch_experiment_command_queues_a_run(alice, team_a, make_experiment, django_capture_on_commit_callbacks):
+    experiment = make_experiment(alice, team_a)
+    out = StringIO()
+    with django_capture_on_commit_callbacks() as callbacks:
+        call_command("launch_experiment", str(experiment.pk), "--override", "max_steps=4", stdout=out)
+    run = Run.objects.get(experiment=experiment)
+    assert out.getvalue().startswith(f"run: {run.pk} ") and run.overrides == ["max_steps=4"] and len(callbacks) == 1
+    with pytest.raises(CommandError, match="max_steps"):
+        call_command("launch_experiment", str(experiment.pk), "--override", "max_steps=-1", stdout=StringIO())

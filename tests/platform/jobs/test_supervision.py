@@ -27,6 +27,12 @@ TINY = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def pause_celery_after_this_module(celery_services):
+    yield
+    celery_services.pause()  # later test modules' runs are not ours to supervise
+
+
 def launch(user, team, demo_yaml: str, max_steps: int) -> Run:
     project, _ = Project.objects.get_or_create(team=team, name="jobs")
     experiment = experiment_services.create_experiment(project, f"tiny-{max_steps}", demo_yaml, user=user,
@@ -92,10 +98,23 @@ def test_launch_runs_to_success_and_survives_a_killed_worker(
     assert AttemptLaunch.objects.get(attempt__run=run).log_lines == LogLine.objects.filter(run=run, seq=-1).count()
 
 
-def test_cancel_stops_the_ray_job(celery_services, worker_runs_dir, ray_client, alice, team_a, demo_yaml) -> None:
+def test_a_stopped_worker_lets_go_at_once_and_cancel_stops_the_ray_job(
+    celery_services, worker_runs_dir, ray_client, redis_db, alice, team_a, demo_yaml
+) -> None:
+    import time
+
     celery_services.ensure_worker()
     run = launch(alice, team_a, demo_yaml, max_steps=200)
     attempt = attempt_status(run, 1, {"running"}, timeout=90)
+
+    started = time.monotonic()
+    celery_services.stop_worker()  # warm shutdown: supervisors return, training goes on
+    assert time.monotonic() - started < 10
+    assert not is_supervised(redis_db, run.pk)  # released, not left to expire
+    assert ray_jobs.job_state(ray_client, attempt.ray_job_id).status == "RUNNING"
+    celery_services.start_worker()
+    wait_for(lambda: is_supervised(redis_db, run.pk), 20, "the new worker to take the run back")
+
     experiment_services.cancel_run(run, alice)
     status_of(run, {"cancelled", "failed", "succeeded"}, timeout=60)
     assert run.status == "cancelled", run.message

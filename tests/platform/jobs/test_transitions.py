@@ -61,6 +61,14 @@ def test_failure_is_retried_until_the_budget_is_spent() -> None:
     assert step(FAILED, max_retries=0).action == "finish"
 
 
+def test_long_ray_messages_keep_the_reason_and_the_traceback() -> None:
+    message = "Job entrypoint command failed with exit code 1, last available logs:\n" + "x\n" * 9000 + "ValueError: boom"
+    kept = step(FAILED, ray_message=message, max_retries=0).message
+    assert kept.startswith("Job entrypoint command failed with exit code 1")
+    assert "ValueError: boom" in kept and "characters cut" in kept
+    assert len(kept) < 4200
+
+
 def test_config_errors_are_not_retried() -> None:
     done = step(FAILED, exit_code=2, ray_message="exit code 2")
     assert (done.action, done.run_status) == ("finish", "failed")

@@ -50,10 +50,11 @@ def run_policylab(model_dir: Path, out: Path, args: argparse.Namespace) -> tuple
         "rewards": {"synthetic": {"reward_type": "synthetic"}},
     })
     assert run_training(cfg, RunIdentity("bench"), backend="local", log=lambda line: None) == 0
-    metrics = [json.loads(line)["data"]["values"] for line in (out / "events.jsonl").read_text().splitlines()
-               if json.loads(line)["type"] == "metrics"]
-    loop_s = sum(m["timing/step"] for m in metrics)
-    return loop_s, sum(m["reward/mean"] for m in metrics[-10:]) / len(metrics[-10:])
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    running = [e for e in events if e["type"] == "status" and e["data"]["state"] == "running"]
+    loop_s = running[-1]["time"] - running[0]["time"]  # from "running" at step 0 to the last step's status
+    rewards = [e["data"]["values"]["reward/mean"] for e in events if e["type"] == "metrics"]
+    return loop_s, sum(rewards[-10:]) / len(rewards[-10:])
 
 
 def run_trl(model_dir: Path, out: Path, args: argparse.Namespace) -> tuple[float, float]:

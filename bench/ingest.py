@@ -127,9 +127,11 @@ def produce(run_id: str, redis_url: str, jsonl: Path, steps: int, keys: int, fir
     from trainer.telemetry import EventEmitter, JsonlSink
     from trainer.telemetry.redis_stream import RedisStreamSink
 
-    emitter = EventEmitter(run_id, 1, [JsonlSink(jsonl, flush_every=64), RedisStreamSink(redis_url, run_id)])
+    stream = RedisStreamSink(redis_url, run_id)
+    emitter = EventEmitter(run_id, 1, [JsonlSink(jsonl, flush_every=64), stream])
     emit(emitter, steps, keys, first_step, rate)
-    emitter.close(timeout=60)
+    stream.flush(timeout=120)
+    emitter.close()
 
 
 def producer_process(run_id: str, redis_url: str, jsonl: Path, steps: int, keys: int, first_step: int,

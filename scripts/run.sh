@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Set up this machine (idempotent), then run the demo experiment through the trainer CLI.
+# Set up this machine (idempotent), then start the whole platform with the demo experiment:
+# Redis (unless one answers), a local Ray head, Celery worker + beat, the ingest consumer and the
+# ASGI server; the database is migrated, the demo user/team/experiment created, a demo run
+# launched, and the URL printed. Ctrl-C stops everything it started.
+#   bash scripts/run.sh [--port 8000] [--no-demo]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
-exec python -m trainer run examples/demo_grpo_cpu.yaml "$@"
+exec python scripts/run_platform.py "$@"

@@ -1,11 +1,12 @@
-"""Start and stop PolicyLab's local services: Redis, a Ray head, Celery worker + beat, the ASGI server.
+"""Start and stop PolicyLab's local services: Redis, a Ray head, Celery worker + beat, the telemetry
+ingest consumer, the ASGI server.
 
 Each `start_*` function starts ONE process in its own session (process group), waits until it
 answers a health check, and returns a `Service` that owns it; `Service.stop()` stops that process
 group and nothing else. Nothing here runs `ray stop` or touches processes it did not start.
 
     python scripts/services.py up                 # everything that is missing, until Ctrl-C
-    python scripts/services.py up --no-web        # Redis, Ray, Celery worker + beat only
+    python scripts/services.py up --no-web        # Redis, Ray, Celery worker + beat, ingest
     python scripts/services.py up --only redis,ray
 
 Environment (same names as the Django settings): REDIS_URL, RAY_ADDRESS, DATABASE_URL,
@@ -302,6 +303,17 @@ def start_celery_beat(env: Mapping[str, str] | None = None, var_dir: Path = DEFA
     return service
 
 
+def start_ingest(env: Mapping[str, str] | None = None, var_dir: Path = DEFAULT_VAR_DIR, *,
+                 timeout: float = 60.0) -> Service:
+    """The telemetry ingest consumer (`manage.py ingest_events`: Redis Streams -> database)."""
+    log_path = var_dir / "logs" / "ingest.log"
+    reading = _log_grows_with(log_path, b"ingest_events: consumer")
+    argv = [sys.executable, "-u", str(REPO_ROOT / "manage.py"), "ingest_events"]
+    service = _spawn("ingest", argv, log_path, "", service_env(env))
+    wait_until(reading, timeout, service, "'ingest_events: consumer' line")
+    return service
+
+
 def start_asgi(env: Mapping[str, str] | None = None, var_dir: Path = DEFAULT_VAR_DIR, *,
                host: str = "127.0.0.1", port: int = 8000, timeout: float = 60.0) -> Service:
     """daphne serving policylab.asgi:application (HTTP and websockets)."""
@@ -320,7 +332,7 @@ def start_asgi(env: Mapping[str, str] | None = None, var_dir: Path = DEFAULT_VAR
 
 # --- everything ----------------------------------------------------------------------------------
 
-ALL_SERVICES = ("redis", "ray", "worker", "beat", "web")
+ALL_SERVICES = ("redis", "ray", "worker", "beat", "ingest", "web")
 
 
 @contextlib.contextmanager
@@ -357,6 +369,9 @@ def running_services(only: tuple[str, ...] = ALL_SERVICES, *, var_dir: Path = DE
         if "beat" in only:
             started.append(start_celery_beat(env, var_dir))
             log(f"celery beat: ready (log {started[-1].log_path})")
+        if "ingest" in only:
+            started.append(start_ingest(env, var_dir))
+            log(f"ingest: ready (log {started[-1].log_path})")
         if "web" in only:
             started.append(start_asgi(env, var_dir, host=web_host, port=web_port))
             log(f"web: {started[-1].address}")

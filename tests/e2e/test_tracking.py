@@ -9,6 +9,7 @@ The events come from trainer.telemetry driven by the test (not a Ray job): the t
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -21,7 +22,14 @@ import pytest
 from django.conf import settings as django_settings
 
 from scripts.services import free_port, service_env
-from tests.services import claim_redis_db, database_url
+from tests.services import (  # noqa: F401  (fixtures)
+    celery_services,
+    claim_redis_db,
+    database_url,
+    jobs_redis_url,
+    ray_head,
+    shared_test_database,
+)
 
 pytestmark = pytest.mark.e2e
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -47,20 +55,17 @@ def wait_listening(process: subprocess.Popen, port: int, log: Path, timeout: flo
             time.sleep(0.2)
 
 
-@pytest.fixture
-def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -> Iterator[TrackingStack]:
-    """daphne (runserver, serving static files too) and the ingest consumer, on the test database
-    and a Redis database of this test's own."""
-    claimed, release = claim_redis_db(redis_url)
-    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+@contextlib.contextmanager
+def start_tracking_stack(redis_url: str, runs_dir: Path, work: Path) -> Iterator[TrackingStack]:
+    """daphne (runserver, serving static files too) and the ingest consumer on the test database."""
     env = service_env(
         {
             "DATABASE_URL": database_url(),
-            "REDIS_URL": claimed,
-            "CELERY_BROKER_URL": claimed,
-            "CELERY_RESULT_BACKEND": claimed,
-            "POLICYLAB_RUNS_DIR": str(settings.POLICYLAB_RUNS_DIR),
-            "POLICYLAB_VAR_DIR": str(tmp_path / "var"),
+            "REDIS_URL": redis_url,
+            "CELERY_BROKER_URL": redis_url,
+            "CELERY_RESULT_BACKEND": redis_url,
+            "POLICYLAB_RUNS_DIR": str(runs_dir),
+            "POLICYLAB_VAR_DIR": str(work / "var"),
             "POLICYLAB_CHANNELS_PREFIX": f"e2e-{uuid.uuid4().hex[:6]}",
             "DJANGO_DEBUG": "1",
         }
@@ -72,7 +77,7 @@ def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -
             ("web", ["runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"]),
             ("ingest", ["ingest_events", "--claim-idle-ms", "5000"]),
         ):
-            log = tmp_path / f"{name}.log"
+            log = work / f"{name}.log"
             with open(log, "wb") as out:
                 processes.append(
                     subprocess.Popen(
@@ -80,8 +85,8 @@ def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -
                         env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                     )
                 )
-        wait_listening(processes[0], port, tmp_path / "web.log")
-        yield TrackingStack(url=f"http://127.0.0.1:{port}", redis_url=claimed)
+        wait_listening(processes[0], port, work / "web.log")
+        yield TrackingStack(url=f"http://127.0.0.1:{port}", redis_url=redis_url)
     finally:
         for process in processes:
             process.terminate()
@@ -90,6 +95,17 @@ def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@pytest.fixture
+def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -> Iterator[TrackingStack]:
+    """The stack on a Redis database of this test's own."""
+    claimed, release = claim_redis_db(redis_url)
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    try:
+        with start_tracking_stack(claimed, settings.POLICYLAB_RUNS_DIR, tmp_path) as stack:
+            yield stack
+    finally:
         release()
 
 
@@ -179,7 +195,7 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
     expect(inspector.locator(".tokens span").first).to_have_text("attempt")  # per-token view
     inspector.fill("input[name=q]", "(unclosed")
     inspector.click("#filters button[type=submit]")
-    expect(inspector.locator("#rollout-error")).to_contain_text("q: q is not a valid regular expression")
+    expect(inspector.locator("#rollout-error")).to_contain_text("q: not a valid regular expression")
     inspector.close()
 
     # Attempt 1 dies; resuming from its latest checkpoint (step 6) continues the same run.
@@ -202,3 +218,51 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
     expect(page.locator("#run-state")).to_have_text("running")
     expect(page.locator("#log-tail")).to_contain_text("attempt 2 finished step 9")
     assert page.evaluate("() => window.__sameDocument") is True
+
+    # History lists the run; ticking it and "Compare" overlays its curves.
+    page.goto(f"{tracking_stack.url}/history/?q=live")
+    page.check(f"input[type=checkbox][value='{run.pk}']")
+    page.click("#compare-form button[type=submit]")
+    expect(page.locator('div.chart[data-key="reward/mean"]')).to_have_attribute("data-points", "9")
+
+
+def test_a_real_trainer_run_launched_through_the_platform_streams_to_the_page(
+    page, web_user, celery_services, settings, tmp_path: Path  # noqa: F811
+) -> None:
+    """The demo GRPO config, launched like the "Launch" button does: Celery supervises a Ray job
+    running `python -m trainer run`, whose events reach this page through ingest and the websocket."""
+    from playwright.sync_api import expect
+
+    from policylab.experiments import services
+    from policylab.experiments.models import RunStatus
+
+    demo = (REPO_ROOT / "examples" / "demo_grpo_cpu.yaml").read_text()
+    experiment = services.create_experiment(web_user.project, "real demo", demo, user=web_user.user)
+    runs_dir = Path(celery_services.env["POLICYLAB_RUNS_DIR"])
+    settings.POLICYLAB_RUNS_DIR = runs_dir
+    with start_tracking_stack(celery_services.env["REDIS_URL"], runs_dir, tmp_path) as stack:
+        sign_in(page, stack, web_user.user)
+        run = services.launch_run(experiment, web_user.user, ["max_steps=6", "save_steps=3", "eval_steps=100"])
+        try:
+            page.goto(f"{stack.url}/runs/{run.pk}/")  # before the Ray job has started
+            expect(page.locator("#live-state")).to_have_text("live")
+            points = "() => Number(document.querySelector('div.chart[data-key=\"reward/mean\"]')?.dataset.points || 0)"
+            # Record every point count the chart shows, in this one document (no reload).
+            page.evaluate(f"() => {{ window.__seen = [({points})()]; setInterval(() => {{ const n = ({points})(); "
+                          "if (n !== window.__seen.at(-1)) window.__seen.push(n); }, 20); }")
+            expect(page.locator("#run-state")).to_have_text("succeeded", timeout=150_000)
+            page.wait_for_function(f"({points})() === 6")
+            seen = page.evaluate("() => window.__seen")
+            assert seen[0] == 0 and seen[-1] == 6 and seen == sorted(seen), seen  # arrived live, only grew
+            expect(page.locator("#checkpoints tbody tr")).to_have_count(2)  # steps 3 and 6
+            expect(page.locator("#latest-rollouts")).to_have_attribute("data-step", "6")
+            inspector = page.context.new_page()
+            inspector.goto(f"{stack.url}/runs/{run.pk}/rollouts/")
+            expect(inspector.locator('section.group[data-step="6"]').first).to_be_visible()
+        finally:
+            run.refresh_from_db()
+            if run.is_active:  # never leave training running on the shared Ray head
+                from policylab.jobs.services import cancel_run
+
+                cancel_run(run)
+        assert run.status == RunStatus.SUCCEEDED

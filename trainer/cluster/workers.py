@@ -173,15 +173,14 @@ class ActorTrainWorker(_TrainedRole):
         return self.strategy.full_state_dict()
 
     def save_hf(self, path: str, tokenizer_path: str) -> None:
-        """Write the policy in Hugging Face format (rank 0 writes; every rank must call it)."""
+        """Write the policy in Hugging Face format (rank 0 writes; every rank must call it, since
+        gathering the full weights is a collective under fsdp2_train)."""
         state = self.strategy.full_state_dict()
         if self.rank != 0:
             return
-        from trainer.models.loading import load_model, load_tokenizer
+        from trainer.models.loading import load_tokenizer
 
-        model = load_model(_model_path(self.cfg, self.role))
-        model.load_state_dict(state)
-        model.save_pretrained(path)
+        self.strategy.model.save_pretrained(path, state_dict=state)
         load_tokenizer(tokenizer_path).save_pretrained(path)
 
 

@@ -207,6 +207,8 @@ class RLVRPipeline:
             batch["advantages"] = rewarding.process_advantages(cfg, adv.advantages, mask)
             if values is not None:
                 batch["values"], batch["returns"] = values, adv.returns
+                metrics["critic/values_mean"] = float((values * mask).sum() / mask.sum().clamp(min=1))
+                metrics["critic/returns_mean"] = float((adv.returns * mask).sum() / mask.sum().clamp(min=1))
 
         if "critic" in self.groups:
             with timer("critic_update"):

@@ -53,12 +53,23 @@ function addPoints(store, chartBoard, e) {
   if (store === system) document.getElementById("system-empty")?.remove();
 }
 
+function formatBytes(n) {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  let v = Number(n) || 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i += 1;
+  }
+  return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
 function renderCheckpoints() {
   const body = document.querySelector("#checkpoints tbody");
   const rows = [...checkpoints.values()].sort((a, b) => a.step - b.step);
   body.innerHTML = rows
     .map(
-      (c) => `<tr data-step="${c.step}"><td>${c.step}</td><td>${(c.size_bytes / 1e6).toFixed(2)} MB</td>
+      (c) => `<tr data-step="${c.step}"><td>${c.step}</td><td>${formatBytes(c.size_bytes)}</td>
       <td>${escapeHtml((c.contents || []).join(", "))}</td><td>${c.attempt ?? ""}</td>
       <td>${canWrite && c.id ? `<button type="button" data-resume="${c.id}">Resume</button> <button type="button" data-fork="${c.id}" data-step="${c.step}">Fork</button>` : ""}</td></tr>`,
     )

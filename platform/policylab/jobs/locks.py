@@ -9,6 +9,7 @@ and another took over) stops at once without touching the run.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import redis
 from django.conf import settings
@@ -27,7 +28,13 @@ def enqueued_key(run_id: int) -> str:
 
 
 def connection() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    """A client on settings.REDIS_URL (one connection pool per URL, shared by threads)."""
+    return _client(settings.REDIS_URL)
+
+
+@functools.lru_cache(maxsize=8)
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
 
 
 class LockLost(RuntimeError):

@@ -182,11 +182,12 @@ POINT_COLUMNS = ("run", "key", "step", "value", "time", "attempt", "seq")
 
 
 def upsert_points(model: type[MetricPoint] | type[SystemPoint], rows: list[tuple], unique: tuple[str, ...]) -> None:
-    """INSERT … ON CONFLICT (unique) DO UPDATE … WHERE excluded.seq >= seq, as one executemany.
+    """INSERT … VALUES (…), (…), … ON CONFLICT (unique) DO UPDATE … WHERE excluded.seq >= seq.
 
     The hot path of ingest (every metric value is a row): Django's bulk_create costs tens of µs per
-    row in field preparation, and cannot say "only if newer". The same SQL runs on SQLite (≥ 3.24)
-    and PostgreSQL; a replay of older events never overwrites a newer attempt's value.
+    row in field preparation, and cannot say "only if newer"; one row per statement (executemany)
+    costs a round trip per row on PostgreSQL. The same SQL runs on SQLite (≥ 3.24) and PostgreSQL;
+    a replay of older events never overwrites a newer attempt's value.
     """
     if not rows:
         return
@@ -196,13 +197,20 @@ def upsert_points(model: type[MetricPoint] | type[SystemPoint], rows: list[tuple
     conflict = ", ".join(quote(model._meta.get_field(name).column) for name in unique)
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns[3:])
     seq = quote("seq")
-    sql = (
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
-        f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} WHERE excluded.{seq} >= {table}.{seq}"
-    )
+    row_sql = f"({', '.join(['%s'] * len(columns))})"
+    per_statement = max(1, min(1000, (connection.features.max_query_params or 7000) // len(columns)))
+
+    def statement(n: int) -> str:
+        return (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row_sql] * n)} "
+            f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} WHERE excluded.{seq} >= {table}.{seq}"
+        )
+
+    full = statement(per_statement)
     with connection.cursor() as cursor:
-        for start in range(0, len(rows), 10_000):
-            cursor.executemany(sql, rows[start : start + 10_000])
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start : start + per_statement]
+            cursor.execute(full if len(chunk) == per_statement else statement(len(chunk)), [v for row in chunk for v in row])
 
 
 def drop_stale(rows: dict, model: type, run_id: int, key_fields: tuple[str, ...], min_seq: int) -> list:

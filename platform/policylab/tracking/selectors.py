@@ -209,7 +209,7 @@ def check_pattern(pattern: str) -> str:
     try:
         re.compile(pattern)
     except re.error as exc:
-        raise BadPattern(f"q is not a valid regular expression: {exc}") from exc
+        raise BadPattern(f"not a valid regular expression: {exc}") from exc
     return pattern
 
 

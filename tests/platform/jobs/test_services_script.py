@@ -44,3 +44,18 @@ def test_cli_rejects_unknown_services() -> None:
     result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "services.py"), "up", "--only", "redis,mongo"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "mongo" in result.stderr and "valid: redis, ray" in result.stderr
+
+
+def test_asgi_server_serves_the_app_and_stops(shared_test_database: str, jobs_redis_url: str, tmp_path: Path) -> None:
+    import urllib.request
+
+    from scripts.services import free_port, start_asgi
+
+    port = free_port()
+    web = start_asgi({"DATABASE_URL": shared_test_database, "REDIS_URL": jobs_redis_url}, tmp_path, port=port)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/", timeout=30) as response:
+            assert response.status == 200 and b"<form" in response.read()
+    finally:
+        web.stop()
+    assert not web.alive()

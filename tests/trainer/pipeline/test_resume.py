@@ -13,7 +13,7 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> None:
     assert run_local(load_cfg(full_dir, *common)) == 0
     # the same run stopped after step 2 (its checkpoint), then resumed with `latest`
     assert run_local(load_cfg(cut_dir, *common, "max_steps=2")) == 0
-    assert (cut_dir / "checkpoints" / "step_2" / "hf_model" / "config.json").is_file()
+    _assert_hf_checkpoint_loads(cut_dir / "checkpoints" / "step_2" / "hf_model")
     assert run_local(load_cfg(cut_dir, *common, "resume_from_checkpoint=latest")) == 0
 
     full, resumed = metrics_by_step(full_dir), metrics_by_step(cut_dir)
@@ -27,3 +27,15 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> None:
         assert not mismatched, f"step {step}: {mismatched}"
     # the learning actually moved the policy, so equality is not trivial
     assert full[4]["actor/grad_norm"] > 0 and full[3]["actor/approx_kl"] != full[4]["actor/approx_kl"]
+
+
+def _assert_hf_checkpoint_loads(path: Path) -> None:
+    """The saved policy is a plain transformers checkpoint that differs from the initial weights."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    initial = AutoModelForCausalLM.from_pretrained(path.parents[2] / "models" / "tiny-seed0", local_files_only=True)
+    assert AutoTokenizer.from_pretrained(path, local_files_only=True).eos_token == "<|im_end|>"
+    changed = [n for n, p in model.state_dict().items() if not torch.equal(p, initial.state_dict()[n])]
+    assert changed, "checkpointed weights equal the initial ones"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -109,8 +110,16 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each, alternating; the median loop time is reported (shared machines are noisy)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads for both (tiny matrices gain nothing from more, and spinning "
+                             "OpenMP threads make timings erratic on a busy machine)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 
     from trainer.models.tiny import build_tiny_model
@@ -121,11 +130,16 @@ def main() -> None:
         root = Path(tmp)
         model_dir = build_tiny_model(root / "model", size="tiny", seed=0)
         samples = args.steps * args.prompts * args.samples
-        ours_s, ours_reward = run_policylab(model_dir, root / "policylab", args)
-        trl_s, trl_reward = run_trl(model_dir, root / "trl", args)
-    print(f"batch: {args.prompts} prompts x {args.samples} samples x <= {args.tokens} tokens, {args.steps} steps")
-    print(f"PolicyLab: {samples / ours_s:8.1f} samples/s  ({ours_s:.1f} s)  mean reward (last 10 steps) {ours_reward:.3f}")
-    print(f"TRL      : {samples / trl_s:8.1f} samples/s  ({trl_s:.1f} s)  mean reward (last 10 steps) {trl_reward:.3f}")
+        ours, peer = [], []
+        for i in range(args.repeats):
+            ours.append(run_policylab(model_dir, root / f"policylab{i}", args))
+            peer.append(run_trl(model_dir, root / f"trl{i}", args))
+    ours_s, trl_s = statistics.median(t for t, _ in ours), statistics.median(t for t, _ in peer)
+    ours_reward, trl_reward = ours[-1][1], peer[-1][1]
+    print(f"batch: {args.prompts} prompts x {args.samples} samples x <= {args.tokens} tokens, {args.steps} steps, "
+          f"median of {args.repeats} runs each")
+    print(f"PolicyLab: {samples / ours_s:8.1f} samples/s  ({ours_s:.2f} s)  mean reward (last 10 steps) {ours_reward:.3f}")
+    print(f"TRL      : {samples / trl_s:8.1f} samples/s  ({trl_s:.2f} s)  mean reward (last 10 steps) {trl_reward:.3f}")
     print(f"ratio PolicyLab / TRL: {trl_s / ours_s:.2f}x")
 
 

@@ -22,6 +22,8 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -155,6 +157,8 @@ async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeo
         producer = produce()
         deadline = time.monotonic() + timeout
         while len(got) < expected_events and time.monotonic() < deadline:
+            if producer.poll():  # the producer failed: nothing more will come
+                raise SystemExit(f"producer exited with code {producer.returncode}")
             try:
                 message = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
             except TimeoutError:
@@ -208,6 +212,7 @@ def main() -> None:
     parser.add_argument("--mlflow-python", type=Path, default=REPO_ROOT / "var" / "mlflow-venv" / "bin" / "python")
     args = parser.parse_args()
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below on `timeout`/kill
     work = Path(tempfile.mkdtemp(prefix="policylab-bench-"))
     redis = start_redis(work, free_port())
     processes: list[subprocess.Popen] = []
@@ -268,6 +273,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 process.kill()
         redis.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API keeps an asyncio loop running in this thread while it is open,
+# which breaks every later async_to_sync call (Channels tests) in the same session.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
     if not shutil.which(CHROMIUM):
         pytest.fail(f"no Chromium at {CHROMIUM}: `apt-get install -y chromium` (or set POLICYLAB_CHROMIUM)")

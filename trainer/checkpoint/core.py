@@ -1,6 +1,6 @@
 """Checkpoint layout, atomic writes, retention and RNG capture.
 
-Layout (under the run directory ``output_dir``)::
+Layout (``checkpoint_config.output_dir``, by default ``<output_dir>/checkpoints``)::
 
     checkpoints/step_<k>/            one finished checkpoint (only ever created by a rename)
         trainer_state.json           step, data-sampler position, KL controller, reward stats
@@ -30,9 +30,15 @@ COMPLETE_MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
-def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
-    """Finished checkpoints of a run as (step, path), oldest first."""
-    root = Path(output_dir) / CHECKPOINTS_DIR
+def checkpoints_root(cfg: Any) -> Path:
+    """Where a run's checkpoints live: ``checkpoint_config.output_dir`` or ``<output_dir>/checkpoints``."""
+    configured = getattr(getattr(cfg, "checkpoint_config", None), "output_dir", None)
+    return Path(configured) if configured else Path(cfg.output_dir) / CHECKPOINTS_DIR
+
+
+def list_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
+    """Finished checkpoints under the checkpoints directory ``root`` as (step, path), oldest first."""
+    root = Path(root)
     if not root.is_dir():
         return []
     found = []
@@ -43,17 +49,17 @@ def list_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def resolve_resume_path(resume_from_checkpoint: Any, output_dir: str | Path) -> Path | None:
+def resolve_resume_path(resume_from_checkpoint: Any, root: str | Path) -> Path | None:
     """``resume_from_checkpoint`` -> checkpoint directory, or None to start fresh.
 
     ``false``/``None``/``""`` start fresh; ``true`` or ``"latest"`` pick the newest finished
-    checkpoint under ``output_dir`` (fresh start when there is none, as ROLL does); anything else is
+    checkpoint under ``root`` (fresh start when there is none, as ROLL does); anything else is
     a path that must hold a finished checkpoint.
     """
     if resume_from_checkpoint in (None, False, "", "false", "False"):
         return None
     if resume_from_checkpoint is True or str(resume_from_checkpoint).lower() in ("latest", "true"):
-        found = list_checkpoints(output_dir)
+        found = list_checkpoints(root)
         return found[-1][1] if found else None
     path = Path(str(resume_from_checkpoint))
     if not (path / COMPLETE_MARKER).is_file():
@@ -65,9 +71,9 @@ def resolve_resume_path(resume_from_checkpoint: Any, output_dir: str | Path) -> 
 
 
 @contextmanager
-def atomic_checkpoint_dir(output_dir: str | Path, step: int) -> Iterator[Path]:
+def atomic_checkpoint_dir(root: str | Path, step: int) -> Iterator[Path]:
     """Yield a temporary directory to fill; on success mark it complete and rename to step_<k>."""
-    root = Path(output_dir) / CHECKPOINTS_DIR
+    root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp-step_*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -85,11 +91,11 @@ def atomic_checkpoint_dir(output_dir: str | Path, step: int) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def enforce_retention(output_dir: str | Path, max_ckpts_to_keep: int | None) -> list[Path]:
+def enforce_retention(root: str | Path, max_ckpts_to_keep: int | None) -> list[Path]:
     """Delete the oldest finished checkpoints beyond ``max_ckpts_to_keep`` (None/<=0: keep all)."""
     if not max_ckpts_to_keep or max_ckpts_to_keep <= 0:
         return []
-    found = list_checkpoints(output_dir)
+    found = list_checkpoints(root)
     removed = [path for _, path in found[: max(0, len(found) - max_ckpts_to_keep)]]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)

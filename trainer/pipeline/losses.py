@@ -39,15 +39,17 @@ def make_actor_loss(cfg: Any, temperature: float) -> Any:
         logits = response_logits(model, mb, temperature)
         log_probs = token_logprobs(logits, mb["input_ids"][:, -mask.size(1):])
         agg = _agg(cfg, mb)
+        # absent when this is the only update on fresh rollouts: then π_old = π (ratio 1, exact)
+        old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
         if name == "ppo":
             out = pl.ppo_policy_loss(
-                log_probs, mb["old_log_probs"], mb["advantages"], mask, clip_low=clip_low, clip_high=clip_high,
+                log_probs, old, mb["advantages"], mask, clip_low=clip_low, clip_high=clip_high,
                 dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None, agg=agg,
             )
         elif name == "gspo":
-            out = pl.gspo_policy_loss(log_probs, mb["old_log_probs"], mb["advantages"], mask, agg=agg)
+            out = pl.gspo_policy_loss(log_probs, old, mb["advantages"], mask, agg=agg)
         else:
-            out = pl.topr_policy_loss(log_probs, mb["old_log_probs"], mb["advantages"], mask, mb["scores"], agg=agg)
+            out = pl.topr_policy_loss(log_probs, old, mb["advantages"], mask, mb["scores"], agg=agg)
         entropy = pl.entropy_loss(logits, mask, agg)
         kl_term = None
         if cfg.use_kl_loss:

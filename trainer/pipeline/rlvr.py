@@ -80,12 +80,20 @@ class RLVRPipeline:
         self.train_prompts, self.eval_prompts, self.sampler = train_prompts, eval_prompts, sampler
         self.log = log
         self.output_dir = Path(cfg.output_dir)
+        self.checkpoints = ckpt.checkpoints_root(cfg)
         self.kl_ctrl = kl_algos.make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
         self.reward_state = rewarding.RewardStats()
         self.step = 0
         self.step_times: list[float] = []
         self.history: list[dict[str, float]] = []
         self.uses_reference = "reference" in groups
+        # One optimizer step on fresh rollouts: the old policy IS the current one, so the loss uses
+        # the detached current log-probs and the extra forward pass is skipped (as verl and TRL do).
+        args = cfg.actor_train.training_args
+        actor_world = len(groups["actor_train"].call_all("ping"))
+        one_update = (cfg.ppo_epochs == 1 and cfg.rollout_batch_size * cfg.num_return_sequences_in_group
+                      <= args.per_device_train_batch_size * args.gradient_accumulation_steps * actor_world)
+        self.needs_old_log_probs = not one_update or cfg.add_token_level_kl
         # the rollout engine frees its memory while a colocated trainer works (vLLM-style sleep/wake)
         infer_devices = set(cfg.actor_infer.device_mapping or ())
         self.infer_sleeps = bool(infer_devices & set(cfg.actor_train.device_mapping or ()))
@@ -93,7 +101,7 @@ class RLVRPipeline:
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
         cfg = self.cfg
-        resume = ckpt.resolve_resume_path(cfg.resume_from_checkpoint, self.output_dir)
+        resume = resume_target(cfg, self.checkpoints)
         if resume is not None:
             self.load_checkpoint(resume)
             self.log(f"resumed from {resume} at step {self.step}")
@@ -174,8 +182,9 @@ class RLVRPipeline:
         mask = batch["response_mask"]
         batch["scores"] = scores
         group_ids = torch.tensor([g.prompt_index for g in gens], dtype=torch.long)
-        with timer("old_log_probs"):
-            batch["old_log_probs"] = torch.cat(self.groups["actor_train"].call_sharded("compute_log_probs", batch))
+        if self.needs_old_log_probs:
+            with timer("old_log_probs"):
+                batch["old_log_probs"] = torch.cat(self.groups["actor_train"].call_sharded("compute_log_probs", batch))
         if self.uses_reference:
             with timer("ref_log_probs"):
                 batch["ref_log_probs"] = torch.cat(self.groups["reference"].call_sharded("compute_log_probs", batch))
@@ -190,7 +199,7 @@ class RLVRPipeline:
             )
             metrics.update(reward_metrics)
             if cfg.add_token_level_kl and self.uses_reference:
-                token_kl = kl_algos.token_kl(
+                token_kl = kl_algos.token_kl(  # KL of the rollout policy (= actor before this update)
                     cfg.kl_penalty, mask, log_probs=batch["old_log_probs"], ref_log_probs=batch["ref_log_probs"]
                 )
                 token_rewards, current_kl = kl_algos.add_kl_to_rewards(processed, token_kl, mask, self.kl_ctrl.value)
@@ -283,7 +292,7 @@ class RLVRPipeline:
     # -- checkpoints ----------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
         started = time.perf_counter()
-        with ckpt.atomic_checkpoint_dir(self.output_dir, self.step) as tmp:
+        with ckpt.atomic_checkpoint_dir(self.checkpoints, self.step) as tmp:
             state = {
                 "step": self.step,
                 "sampler": self.sampler.state_dict(),
@@ -300,8 +309,8 @@ class RLVRPipeline:
                 if role in self.groups:
                     self.groups[role].call_all("save_rng", str(tmp))
             self.groups["actor_train"].call_all("save_hf", str(tmp / "hf_model"), policy_path(self.cfg))
-        final = self.output_dir / ckpt.CHECKPOINTS_DIR / f"step_{self.step}"
-        removed = ckpt.enforce_retention(self.output_dir, self.cfg.max_ckpts_to_keep)
+        final = self.checkpoints / f"step_{self.step}"
+        removed = ckpt.enforce_retention(self.checkpoints, self.cfg.max_ckpts_to_keep)
         contents = ["model", "optimizer", "scheduler", "rng", "data"]
         self.emitter.checkpoint(step=self.step, path=str(final), size_bytes=ckpt.checkpoint_size(final),
                                 contents=contents)
@@ -326,6 +335,18 @@ class RLVRPipeline:
                 self.groups[role].call_all("load_rng", str(path))
         ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=False))
         self.sync_weights()
+
+
+def resume_target(cfg: Any, root: Path) -> Path | None:
+    """The checkpoint to resume from: ``resume_mode`` (none / latest / path) when set, else
+    ``resume_from_checkpoint`` (false, true / "latest", or a path)."""
+    if cfg.resume_mode == "none":
+        return None
+    if cfg.resume_mode == "latest":
+        return ckpt.resolve_resume_path("latest", root)
+    if cfg.resume_mode == "path" and cfg.resume_from_checkpoint in (True, False, "latest", "true", "false"):
+        raise ValueError("resume_from_checkpoint: resume_mode 'path' needs a checkpoint path here")
+    return ckpt.resolve_resume_path(cfg.resume_from_checkpoint, root)
 
 
 def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -83,8 +83,9 @@ def build_groups(cfg: Any, roles: list[str], backend: str) -> dict[str, Any]:
             groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,))
             continue
         distributed = role in ("actor_train", "critic") and pools[role].placement(role).world_size > 1
+        env_vars = {**cfg.system_envs, **getattr(cfg, role).system_envs}
         groups[role] = WorkerGroup(WORKER_CLASSES[role], role, pools[role], init_args=(cfg,),
-                                   distributed=distributed, timeout_s=cfg.rpc_timeout)
+                                   distributed=distributed, env_vars=env_vars, timeout_s=cfg.rpc_timeout)
     return groups
 
 

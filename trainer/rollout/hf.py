@@ -113,24 +113,27 @@ class HFInferEngine:
         generator: torch.Generator,
     ) -> list[Generation]:
         padded = left_pad(prompts, self.pad_token_id)
-        input_ids, attention_mask = padded["input_ids"], padded["attention_mask"]
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        batch = input_ids.size(0)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
-        stop = torch.tensor(list(params.stop_token_ids), dtype=torch.long, device=self.device)
+        batch, width = padded["input_ids"].shape
+        steps = params.max_new_tokens
+        # the mask for every step, sliced as the sequence grows (new tokens are always attended)
+        full_mask = torch.cat([padded["attention_mask"], torch.ones((batch, steps), dtype=torch.long)], -1)
+        full_mask = full_mask.to(self.device)
+        step_ids = padded["input_ids"].to(self.device)
+        step_pos = (full_mask[:, :width].cumsum(-1) - 1).clamp(min=0)
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long)
+        stop = torch.tensor(list(params.stop_token_ids), dtype=torch.long)
+        filtering = params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
 
         cache = DynamicCache()
-        tokens = torch.full((batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long)
-        logprobs = torch.zeros((batch, params.max_new_tokens))
-        lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long)
+        tokens = torch.full((batch, steps), self.pad_token_id, dtype=torch.long)
+        logprobs = torch.zeros((batch, steps))
+        lengths = torch.full((batch,), steps, dtype=torch.long)
         reasons = ["length"] * batch
         done = torch.zeros(batch, dtype=torch.bool)
-        step_ids, step_pos = input_ids, position_ids
-        for t in range(params.max_new_tokens):
+        for t in range(steps):
             out = self.model(
                 input_ids=step_ids,
-                attention_mask=attention_mask,
+                attention_mask=full_mask[:, : width + t],
                 position_ids=step_pos,
                 past_key_values=cache,
                 use_cache=True,
@@ -138,27 +141,28 @@ class HFInferEngine:
             )
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float().cpu()
+            scaled = logits / params.temperature if params.temperature > 0 else logits
+            logp = scaled.log_softmax(-1)
             if params.temperature == 0.0:
-                scaled = logits
                 chosen = logits.argmax(-1)
             else:
-                scaled = logits / params.temperature
-                probs = filter_logits(scaled, params.top_k, params.top_p, params.min_p).softmax(-1)
+                probs = filter_logits(scaled, params.top_k, params.top_p, params.min_p).softmax(-1) if filtering \
+                    else logp.exp()
                 chosen = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
             chosen = torch.where(done, torch.full_like(chosen, self.pad_token_id), chosen)
             tokens[:, t] = chosen
-            logprobs[:, t] = scaled.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1)
-            hit_eos = torch.isin(chosen, eos.cpu()) & ~done
-            hit_stop = torch.isin(chosen, stop.cpu()) & ~done & ~hit_eos
-            for row in torch.nonzero(hit_eos | hit_stop).flatten().tolist():
-                lengths[row] = t + 1
-                reasons[row] = "eos" if hit_eos[row] else "stop"
-            done |= hit_eos | hit_stop
-            if bool(done.all()):
-                break
+            logprobs[:, t] = logp.gather(-1, chosen[:, None]).squeeze(-1)
+            hit_eos = torch.isin(chosen, eos) & ~done
+            hit_stop = torch.isin(chosen, stop) & ~done & ~hit_eos
+            if bool((hit_eos | hit_stop).any()):
+                for row in torch.nonzero(hit_eos | hit_stop).flatten().tolist():
+                    lengths[row] = t + 1
+                    reasons[row] = "eos" if hit_eos[row] else "stop"
+                done |= hit_eos | hit_stop
+                if bool(done.all()):
+                    break
             step_ids = chosen[:, None].to(self.device)
             step_pos = step_pos[:, -1:] + 1
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], dim=-1)
 
         return [
             Generation(

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from policylab.api.serializers import ErrorSerializer
 from policylab.experiments.models import Run
 from policylab.tracking import selectors
 
@@ -30,9 +31,28 @@ class MetricsQuery(serializers.Serializer):
     source = serializers.ChoiceField(choices=("metrics", "system"), required=False, default="metrics")
 
 
+class SeriesOut(serializers.Serializer):
+    x = serializers.ListField(child=serializers.FloatField(), help_text="step, or unix time with x=time")
+    y = serializers.ListField(child=serializers.FloatField(allow_null=True), help_text="null where NaN/inf")
+    step = serializers.ListField(child=serializers.IntegerField())
+    time = serializers.ListField(child=serializers.FloatField())
+
+
+class MetricsOut(serializers.Serializer):
+    run = serializers.IntegerField()
+    x = serializers.ChoiceField(choices=selectors.X_AXES)
+    keys = serializers.ListField(child=serializers.CharField(), help_text="every key the run has")
+    missing_keys = serializers.ListField(child=serializers.CharField(), help_text="asked for, not found")
+    series = serializers.DictField(child=SeriesOut())
+
+
+ERRORS = {400: ErrorSerializer, 404: ErrorSerializer}
+
+
 class RunMetrics(APIView):
     @extend_schema(
         parameters=[MetricsQuery],
+        responses={200: MetricsOut, **ERRORS},
         description="Metric series of a run, each downsampled server-side to at most max_points points "
         "(per x bucket: first, last, min and max).",
     )
@@ -77,9 +97,37 @@ class RolloutPages(PageNumberPagination):
     max_page_size = 500
 
 
+class RolloutOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    step = serializers.IntegerField()
+    group_id = serializers.IntegerField()
+    sample_index = serializers.IntegerField()
+    prompt = serializers.CharField()
+    response = serializers.CharField()
+    reward = serializers.FloatField(allow_null=True)
+    advantage = serializers.FloatField(allow_null=True)
+    prompt_length = serializers.IntegerField()
+    response_length = serializers.IntegerField()
+    stop_reason = serializers.CharField()
+    attempt = serializers.IntegerField()
+    tokens = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    token_logprobs = serializers.ListField(child=serializers.FloatField(), allow_null=True)
+    token_advantages = serializers.ListField(child=serializers.FloatField(), allow_null=True)
+
+
+class RolloutPageOut(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = RolloutOut(many=True)
+    steps = serializers.ListField(child=serializers.IntegerField(), help_text="steps that have samples")
+    stop_reasons = serializers.ListField(child=serializers.CharField())
+
+
 class RunRollouts(APIView):
     @extend_schema(
         parameters=[RolloutQuery, OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
+        responses={200: RolloutPageOut, **ERRORS},
         description="Rollout samples of a run, filtered and paged, ordered by step, GRPO group and sample.",
     )
     def get(self, request: Request, run_id: int) -> Response:

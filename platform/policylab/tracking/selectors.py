@@ -244,14 +244,14 @@ def history_runs(user: Any, *, search: str = "", tag: str = "", status: str = ""
     project, tags, run message), a tag and a status."""
     runs = runs_for(user).annotate(tags_text=Cast("experiment__tags", TextField()))
     if search:
-        runs = runs.filter(
+        matches = (
             Q(experiment__name__icontains=search)
             | Q(experiment__description__icontains=search)
             | Q(experiment__project__name__icontains=search)
             | Q(tags_text__icontains=search)
             | Q(message__icontains=search)
-            | Q(pk=int(search) if search.isdigit() else None)
         )
+        runs = runs.filter(matches | Q(pk=int(search)) if search.isdigit() else matches)
     if tag:
         runs = runs.filter(tags_text__contains=json.dumps(tag))
     if status:

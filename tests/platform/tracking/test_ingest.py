@@ -174,3 +174,32 @@ def test_import_events_rejects_unknown_runs_and_files(make_run, tmp_path: Path) 
     run = make_run()
     with pytest.raises(CommandError, match="no such file"):
         call_command("import_events", str(run.pk), str(tmp_path / "missing.jsonl"))
+
+
+def status_event(run_id, seq: int, state: str, attempt: int = 1) -> dict:
+    return event("status", run_id, seq, seq, {"state": state, "step": seq, "total_steps": 20, "eta_s": 1.0, "message": ""}, attempt)
+
+
+def test_late_status_events_never_undo_what_the_supervisor_decided(make_run) -> None:
+    """Ingest can lag the trainer: the supervisor's outcome stands against stale trainer states."""
+    from policylab.experiments.models import RunAttempt
+
+    finished = make_run(status=RunStatus.SUCCEEDED)
+    ingest_events([status_event(finished.pk, 1, "running")], run_id=finished.pk, publish=False)
+    finished.refresh_from_db()
+    assert finished.status == RunStatus.SUCCEEDED and finished.current_step == 1  # progress still counts
+
+    cancelled = make_run(status=RunStatus.CANCELLED)
+    ingest_events([status_event(cancelled.pk, 1, "failed")], run_id=cancelled.pk, publish=False)
+    cancelled.refresh_from_db()
+    assert cancelled.status == RunStatus.CANCELLED
+
+    retried = make_run(status=RunStatus.RUNNING)
+    RunAttempt.objects.create(run=retried, number=1, status=RunStatus.FAILED)
+    RunAttempt.objects.create(run=retried, number=2, status=RunStatus.RUNNING)
+    ingest_events([status_event(retried.pk, 1, "failed", attempt=1)], run_id=retried.pk, publish=False)
+    retried.refresh_from_db()
+    assert retried.status == RunStatus.RUNNING
+    ingest_events([status_event(retried.pk, 2, "succeeded", attempt=2)], run_id=retried.pk, publish=False)
+    retried.refresh_from_db()
+    assert retried.status == RunStatus.SUCCEEDED

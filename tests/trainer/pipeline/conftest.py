@@ -49,6 +49,20 @@ def run_local(cfg: Any, run_id: str = "test", **kwargs: Any) -> int:
     return run_training(cfg, RunIdentity(run_id=run_id), backend="local", log=lambda line: None, **kwargs)
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Tiny-model runs gain nothing from intra-op threads, and OpenMP threads spinning on a busy
+    2-core machine can slow a run tenfold: use one thread in the training process."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     """A private local Ray head for the session (shared when another area's fixture started one)."""

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.trainer.pipeline.conftest import load_cfg, metrics_by_step, run_local
+import pytest
+
+from tests.trainer.pipeline.conftest import DEMO_GRPO, REPO_ROOT, load_cfg, metrics_by_step, run_local
+
+PPO = ("critic.training_args.per_device_train_batch_size=4", "critic.training_args.gradient_accumulation_steps=2")
 
 
-def test_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> None:
-    common = ("max_steps=4", "eval_steps=2", "save_steps=2", "seed=7")
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_resumed_run_matches_uninterrupted_run(tmp_path: Path, algo: str) -> None:
+    source = DEMO_GRPO if algo == "grpo" else REPO_ROOT / "examples" / "demo_ppo_cpu.yaml"
+    common = ("max_steps=4", "eval_steps=2", "save_steps=2", "seed=7", *(PPO if algo == "ppo" else ()))
     full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
-    assert run_local(load_cfg(full_dir, *common)) == 0
+    assert run_local(load_cfg(full_dir, *common, source=source)) == 0
     # the same run stopped after step 2 (its checkpoint), then resumed with `latest`
-    assert run_local(load_cfg(cut_dir, *common, "max_steps=2")) == 0
+    assert run_local(load_cfg(cut_dir, *common, "max_steps=2", source=source)) == 0
     _assert_hf_checkpoint_loads(cut_dir / "checkpoints" / "step_2" / "hf_model")
-    assert run_local(load_cfg(cut_dir, *common, "resume_from_checkpoint=latest")) == 0
+    assert run_local(load_cfg(cut_dir, *common, "resume_from_checkpoint=latest", source=source)) == 0
 
     full, resumed = metrics_by_step(full_dir), metrics_by_step(cut_dir)
     assert sorted(full) == sorted(resumed) == [1, 2, 3, 4]
@@ -22,9 +28,17 @@ def test_resumed_run_matches_uninterrupted_run(tmp_path: Path) -> None:
         keys = {k for k in full[step] if not k.startswith("timing/")}
         assert keys == {k for k in resumed[step] if not k.startswith("timing/")}
         assert {"actor/pg_loss", "actor/grad_norm", "reward/mean", "actor/entropy"} <= keys
+        if algo == "ppo":
+            assert {"critic/vf_loss", "critic/values_mean"} <= keys
         mismatched = {k: (full[step][k], resumed[step][k]) for k in keys
                       if abs(full[step][k] - resumed[step][k]) > 1e-6}
         assert not mismatched, f"step {step}: {mismatched}"
+    if algo == "grpo":  # a child run (its own run dir) resuming from the parent's checkpoint path
+        child_dir = tmp_path / "child"
+        step_2 = cut_dir / "checkpoints" / "step_2"
+        assert run_local(load_cfg(child_dir, *common, f"resume_from_checkpoint={step_2}", source=source)) == 0
+        child = metrics_by_step(child_dir)
+        assert sorted(child) == [3, 4] and child[4]["actor/pg_loss"] == full[4]["actor/pg_loss"]
     # the learning actually moved the policy, so equality is not trivial
     assert full[4]["actor/grad_norm"] > 0 and full[3]["actor/approx_kl"] != full[4]["actor/approx_kl"]
 

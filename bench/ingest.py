@@ -6,7 +6,7 @@ tracking server with `MlflowClient.log_batch`.
     python bench/ingest.py --database-url postgres://postgres@127.0.0.1:5432/policylab_bench
 
 MLflow lives in its own virtualenv so that its pins never touch the platform's:
-    python -m venv var/mlflow-venv && var/mlflow-venv/bin/pip install -r bench/requirements.txt
+    python -m venv var/mlflow-venv && var/mlflow-venv/bin/pip install -r bench/requirements-mlflow.txt
 
 Phases (each on fresh services started here: redis-server, daphne, ingest_events, mlflow server):
 1. throughput: emit --points metric points (--keys per `metrics` event) as fast as the emitter can;
@@ -177,7 +177,7 @@ def run_mlflow(python: Path, points: int, keys: int, work: Path) -> dict | None:
     mlflow = python.parent / "mlflow"
     if not mlflow.exists():
         print(f"MLflow: {mlflow} not found; create it with: python -m venv var/mlflow-venv && "
-              "var/mlflow-venv/bin/pip install -r bench/requirements.txt")
+              "var/mlflow-venv/bin/pip install -r bench/requirements-mlflow.txt")
         return None
     port = free_port()
     server = spawn([str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",

@@ -11,6 +11,10 @@ import pytest
 
 from scripts.services import free_port, redis_answers, start_redis
 
+# Session fixtures for Ray, Celery and the shared test database, registered ONCE here: importing a
+# session fixture into several modules makes pytest build one instance per module.
+pytest_plugins = ["tests.services"]
+
 
 def start_redis_server(port: int, workdir: Path) -> subprocess.Popen:
     """Start a throw-away redis-server on `port` (no persistence), wait until it answers, return it."""

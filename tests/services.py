@@ -1,9 +1,7 @@
 """Reusable session fixtures for tests that need real services beyond Redis: a Ray head and a
 Celery worker (+ beat) that share the test database with the test process.
 
-Use them from any conftest:
-
-    from tests.services import celery_services, jobs_redis_url, ray_head, shared_test_database  # noqa: F401
+tests/conftest.py registers this module as a plugin, so every test can request these fixtures.
 
 Sharing the database: the worker is another process, so it must see what tests commit. Tests
 that use it take `transactional_db` (data is committed, not rolled back), and on SQLite the test
@@ -230,3 +228,12 @@ def celery_services(shared_test_database: str, jobs_redis_url: str, ray_head: Se
         app.close()
         for name, value in saved.items():
             setattr(settings, name, value)
+
+
+@pytest.fixture
+def live_celery(celery_services: CeleryServices) -> Iterator[CeleryServices]:
+    """The session's Celery worker and beat, live for one test (started again if an earlier module
+    paused them) and paused afterwards, so that beat never supervises runs of later tests."""
+    celery_services.ensure_worker()
+    yield celery_services
+    celery_services.pause()

@@ -7,12 +7,10 @@ import re
 
 import pytest
 
-from tests.services import celery_services, jobs_redis_url, ray_head, shared_test_database  # noqa: F401
-
 pytestmark = pytest.mark.e2e
 
 
-def test_edit_validate_save_launch_and_watch_the_status(signed_in, live_server, web_user, celery_services):  # noqa: F811
+def test_edit_validate_save_launch_and_watch_the_status(signed_in, live_server, web_user, live_celery):
     from playwright.sync_api import expect
 
     from policylab.experiments.models import Experiment, Run

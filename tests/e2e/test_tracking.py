@@ -22,14 +22,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from scripts.services import free_port, service_env
-from tests.services import (  # noqa: F401  (fixtures)
-    celery_services,
-    claim_redis_db,
-    database_url,
-    jobs_redis_url,
-    ray_head,
-    shared_test_database,
-)
+from tests.services import claim_redis_db, database_url
 
 pytestmark = pytest.mark.e2e
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -227,7 +220,7 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
 
 
 def test_a_real_trainer_run_launched_through_the_platform_streams_to_the_page(
-    page, web_user, celery_services, settings, tmp_path: Path  # noqa: F811
+    page, web_user, live_celery, settings, tmp_path: Path
 ) -> None:
     """The demo GRPO config, launched like the "Launch" button does: Celery supervises a Ray job
     running `python -m trainer run`, whose events reach this page through ingest and the websocket."""
@@ -238,9 +231,9 @@ def test_a_real_trainer_run_launched_through_the_platform_streams_to_the_page(
 
     demo = (REPO_ROOT / "examples" / "demo_grpo_cpu.yaml").read_text()
     experiment = services.create_experiment(web_user.project, "real demo", demo, user=web_user.user)
-    runs_dir = Path(celery_services.env["POLICYLAB_RUNS_DIR"])
+    runs_dir = Path(live_celery.env["POLICYLAB_RUNS_DIR"])
     settings.POLICYLAB_RUNS_DIR = runs_dir
-    with start_tracking_stack(celery_services.env["REDIS_URL"], runs_dir, tmp_path) as stack:
+    with start_tracking_stack(live_celery.env["REDIS_URL"], runs_dir, tmp_path) as stack:
         sign_in(page, stack, web_user.user)
         run = services.launch_run(experiment, web_user.user, ["max_steps=6", "save_steps=3", "eval_steps=100"])
         try:

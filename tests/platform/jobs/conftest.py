@@ -7,26 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import (  # noqa: F401  (fixtures, registered by import)
-    celery_services,
-    jobs_redis_url,
-    ray_head,
-    shared_test_database,
-    use_file_sqlite_test_database,
-)
+from tests.services import use_file_sqlite_test_database
 
 use_file_sqlite_test_database()
 
 
 @pytest.fixture
-def ray_client(ray_head):  # noqa: F811  (the fixture imported above)
+def ray_client(ray_head):
     from policylab.jobs import ray_jobs
 
     return ray_jobs.connect(ray_head.address)
 
 
 @pytest.fixture
-def redis_db(jobs_redis_url: str, settings):  # noqa: F811
+def redis_db(jobs_redis_url: str, settings):
     """A client on this session's own Redis database; settings.REDIS_URL points at it too."""
     import redis
 
@@ -37,7 +31,7 @@ def redis_db(jobs_redis_url: str, settings):  # noqa: F811
 
 
 @pytest.fixture
-def worker_runs_dir(celery_services, settings) -> Path:  # noqa: F811
+def worker_runs_dir(celery_services, settings) -> Path:
     """The runs directory the Celery worker uses; the test process looks at the same one."""
     settings.POLICYLAB_RUNS_DIR = Path(celery_services.env["POLICYLAB_RUNS_DIR"])
     return settings.POLICYLAB_RUNS_DIR

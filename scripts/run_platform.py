@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -19,13 +18,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
 
-from scripts.services import ServiceError, running_services  # noqa: E402
+from scripts.services import ServiceError, running_services, stop_on_signals  # noqa: E402
 
 ACTIVE_STATES = ("queued", "submitting", "running")
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def launch_demo_run(username: str) -> tuple[int, bool]:
@@ -58,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     print("[run] migrating the database", flush=True)
     call_command("migrate", interactive=False, verbosity=0)
 
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    stop_on_signals()
     try:
         with running_services(web_host=args.host, web_port=args.port, log=lambda line: print(f"[run] {line}", flush=True)):
             username = os.environ.get("POLICYLAB_DEMO_USER", "demo")

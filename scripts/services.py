@@ -386,6 +386,14 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def stop_on_signals() -> None:
+    """Make SIGTERM (e.g. from a parent script) unwind like Ctrl-C, so `running_services` stops
+    everything it started; SIGINT explicitly too, since a shell starts background jobs with SIGINT
+    ignored."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -405,10 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_web:
         only = tuple(name for name in only if name != "web")
 
-    # SIGTERM (e.g. from a parent script) unwinds like Ctrl-C, so the finally block stops everything;
-    # SIGINT explicitly too, since a shell starts background jobs with SIGINT ignored.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    stop_on_signals()
     try:
         with running_services(only, var_dir=args.var_dir, web_host=args.host, web_port=args.port):
             print("all services up; Ctrl-C stops what was started here", flush=True)

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from policylab.experiments.models import Run, RunAttempt
 from policylab.jobs import ray_jobs
-from policylab.jobs.locks import LockLost, SupervisorLock
+from policylab.jobs.locks import LockLost, SupervisorLock, connection
 from policylab.jobs.models import AttemptLaunch
 from policylab.jobs.ray_jobs import RayUnavailable
 from policylab.jobs.transitions import (
@@ -43,6 +43,7 @@ from policylab.jobs.transitions import (
 )
 from policylab.tracking.models import LogLine
 from trainer.config import ConfigError, load_raw, validate_config
+from trainer.telemetry.redis_stream import stream_key
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +88,22 @@ def run_config(run: Run, resume_from_checkpoint: bool | str) -> dict[str, Any]:
     return config
 
 
-def write_run_config(run: Run, resume_from_checkpoint: bool | str) -> Path:
-    """Validate the attempt's config exactly as the trainer will, then write it to the run dir.
-    Raises ConfigError (every issue, by field path) instead of submitting a job that would exit 2."""
+def checked_run_config(run: Run, resume_from_checkpoint: bool | str) -> dict[str, Any]:
+    """The attempt's config, validated exactly as the trainer will. Raises ConfigError (every
+    issue, by field path) instead of submitting a job that would exit 2."""
     config = run_config(run, resume_from_checkpoint)
     result = validate_config(config)
     if not result.ok:
         raise ConfigError(result.errors)
+    return config
+
+
+def write_run_config(run: Run, resume_from_checkpoint: bool | str) -> Path:
+    """Validate the attempt's config, then write it to the run dir."""
+    return write_config(run, checked_run_config(run, resume_from_checkpoint))
+
+
+def write_config(run: Run, config: dict[str, Any]) -> Path:
     run.run_dir.mkdir(parents=True, exist_ok=True)
     path = run.run_dir / CONFIG_NAME
     tmp = path.with_suffix(".tmp")
@@ -184,15 +194,31 @@ def retry(run: Run, attempt: RunAttempt, step: Step) -> RunAttempt:
     return nxt
 
 
+def set_aside_leftovers(run: Run) -> None:
+    """Before a run's first job exists, anything under its names belongs to an earlier database
+    (ids restart when the database is reset, Redis and the runs directory persist): move the run
+    directory aside (nothing is deleted) and drop the stale event stream, whose higher entry ids
+    would otherwise make Redis refuse every event of this run."""
+    if run.run_dir.exists() and any(run.run_dir.iterdir()):
+        aside = run.run_dir.with_name(f"{run.run_dir.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+        run.run_dir.rename(aside)
+        log.warning("run %s: an earlier database's run directory was moved to %s", run.pk, aside)
+    if connection().delete(stream_key(run.trainer_run_id)):
+        log.warning("run %s: dropped an earlier database's event stream", run.pk)
+
+
 def submit_attempt(run: Run, attempt: RunAttempt, ray: RaySession) -> None:
     """Write the attempt's config and submit it (a no-op on Ray if the job already exists)."""
     launch = launch_of(attempt)
     resume = resume_for_attempt(launch.launch_resume_from, launch.retry, has_checkpoint(run.run_dir))
     try:
-        config_path = write_run_config(run, resume)
+        config = checked_run_config(run, resume)
     except ConfigError as error:
         raise InvalidRunConfig(f"the run's config does not load: {error}") from error
     job_id = submission_id(run.pk, attempt.number)
+    if attempt.number == 1 and ray_jobs.job_state(ray.client(), job_id).status == ray_jobs.MISSING:
+        set_aside_leftovers(run)
+    config_path = write_config(run, config)
     entrypoint = trainer_entrypoint(
         settings.POLICYLAB_TRAINER_PYTHON, str(config_path), run.trainer_run_id, attempt.number, settings.REDIS_URL,
         settings.POLICYLAB_TRAINER_ARGS,

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from policylab.tracking.ingest import EventError, ingest_events, parse_event
+from trainer.telemetry.redis_stream import stream_key
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ GROUP = "policylab-ingest"
 
 def stream_name(run_id: str | int) -> str:
     """The Redis Stream of a run (telemetry contract)."""
-    return f"policylab:run:{run_id}:events"
+    return stream_key(str(run_id))
 
 
 def default_consumer_name() -> str:

@@ -84,3 +84,25 @@ def test_a_resumed_run_opens_the_next_attempt_with_a_fresh_retry_budget(experime
         "/runs/run-1/checkpoints/step_5")
     run.refresh_from_db()
     assert run.status == "submitting"
+
+
+def test_leftovers_of_an_earlier_database_are_set_aside_before_the_first_job(experiment, settings, tmp_path, redis_db) -> None:
+    """Ids restart with a fresh database while Redis and the runs directory persist: the new run's
+    events must not be refused by Redis (the stale stream has higher entry ids), and the old run's
+    files must neither mix in nor be lost."""
+    from policylab.jobs.supervisor import set_aside_leftovers
+    from trainer.telemetry.redis_stream import stream_key
+
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    run = Run.objects.create(experiment=experiment)
+    (run.run_dir / "checkpoints" / "step_9").mkdir(parents=True)
+    (run.run_dir / "events.jsonl").write_text('{"seq": 900}\n')
+    redis_db.xadd(stream_key(run.trainer_run_id), {"event": "{}"}, id="900-1")
+
+    set_aside_leftovers(run)
+
+    assert not run.run_dir.exists()
+    (aside,) = (tmp_path / "runs").glob(f"run-{run.pk}.stale-*")
+    assert (aside / "events.jsonl").read_text() == '{"seq": 900}\n'
+    assert redis_db.exists(stream_key(run.trainer_run_id)) == 0
+    redis_db.xadd(stream_key(run.trainer_run_id), {"event": "{}"}, id="1-1")  # the new run's first event

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from django.db import DatabaseError, close_old_connections
 
 from policylab.tracking.ingest import EventError, ingest_events, parse_event
 from trainer.telemetry.redis_stream import stream_key
@@ -110,9 +111,11 @@ class StreamIngestor:
                 GROUP, self.consumer, {s: ">" for s in self.streams}, count=self.count, block=self.block_ms
             )
         except redis.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
+            if not str(exc).startswith(("NOGROUP", "UNBLOCKED")):
                 raise
-            # A stream was deleted or Redis restarted without persistence: find the streams again.
+            # A stream was deleted (UNBLOCKED while we waited on it: the supervisor drops a stale
+            # stream before a run's first job) or Redis restarted without persistence: find the
+            # streams again.
             self.streams = set()
             return 0
         return self.handle(entries or [])
@@ -140,7 +143,8 @@ class StreamIngestor:
         return total
 
     def run(self, should_stop: Callable[[], bool] = lambda: False, claim_every_s: float = 10.0) -> None:
-        """Loop until `should_stop()`; survives Redis outages (retries with backoff)."""
+        """Loop until `should_stop()`; survives Redis outages and database errors (retries with
+        backoff; entries that were read but not stored stay pending and are claimed again)."""
         last_claim = 0.0
         backoff = 0.5
         while not should_stop():
@@ -154,5 +158,10 @@ class StreamIngestor:
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("Redis unreachable (%s); retrying in %.1f s", exc, backoff)
                 self.streams = set()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+            except DatabaseError as exc:
+                log.warning("database error (%s); retrying in %.1f s", exc, backoff)
+                close_old_connections()
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -203,3 +203,43 @@ def test_late_status_events_never_undo_what_the_supervisor_decided(make_run) -> 
     ingest_events([status_event(retried.pk, 2, "succeeded", attempt=2)], run_id=retried.pk, publish=False)
     retried.refresh_from_db()
     assert retried.status == RunStatus.SUCCEEDED
+
+
+def test_a_stream_deleted_while_ingest_waits_on_it_is_rediscovered(make_run, redis_client, ingestor) -> None:
+    """The supervisor drops a stale stream before a run's first job; a consumer blocked on it gets
+    UNBLOCKED and must carry on with the streams that exist, not crash."""
+    import threading
+
+    run = make_run()
+    key = xadd_all(redis_client, run.pk, run_events(run.pk, steps=1))
+    drain(ingestor)
+    ingestor.block_ms = 3000
+    deleter = threading.Timer(0.3, redis_client.delete, args=[key])
+    deleter.start()
+    assert ingestor.read_once() == 0  # blocked on the stream, then UNBLOCKED by the delete
+    deleter.join()
+    assert ingestor.streams == set()
+    xadd_all(redis_client, run.pk, run_events(run.pk, steps=1, first_seq=100, first_step=5))
+    ingestor.block_ms = 50
+    ingestor.rescan_s = 0
+    assert drain(ingestor) > 0
+
+
+def test_the_ingest_loop_outlives_a_database_error(ingestor, monkeypatch) -> None:
+    """A locked SQLite file (or a PostgreSQL restart) must not end the long-running consumer: the
+    entries it read stay pending and are stored on a later pass."""
+    from django.db import OperationalError
+
+    calls: list[int] = []
+
+    def read_once() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("database is locked")
+        return 0
+
+    monkeypatch.setattr(ingestor, "read_once", read_once)
+    monkeypatch.setattr(ingestor, "claim_stale", lambda: 0)
+    monkeypatch.setattr("policylab.tracking.streams.time.sleep", lambda seconds: None)
+    ingestor.run(should_stop=lambda: len(calls) >= 2, claim_every_s=1e9)
+    assert len(calls) == 2

@@ -91,6 +91,21 @@ def drop_unused_reference(t: Translation) -> None:
             t.origin.pop(path)
 
 
+def import_save_interval(t: Translation, source: str) -> None:
+    """A checkpoint interval of the source (-1 = never) as save_steps: a positive interval as is;
+    "never" as max_steps (only the final checkpoint) when max_steps is known, else reported."""
+    interval = t.int(source) if t.has(source) else None
+    if interval is None:
+        return
+    if interval > 0:
+        t.set("save_steps", int(interval), source)
+    elif "max_steps" in t.native:
+        t.set("save_steps", t.native["max_steps"], source)
+    else:
+        t.warn(source, "-1 (never) has no native form: checkpoints are written every save_steps and at the end; "
+               "set save_steps = max_steps for only the final one")
+
+
 def positive_interval(value: Any) -> Any:
     """verl/SkyRL/RLinf write -1 for "never"; the native eval_steps treats <= 0 as disabled too."""
     return value if value > 0 else -1

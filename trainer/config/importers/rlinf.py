@@ -15,6 +15,7 @@ from typing import Any
 from trainer.config.importers.common import (
     drop_unused_reference,
     fill_model_paths,
+    import_save_interval,
     positive_interval,
     settle_strategies,
 )
@@ -511,15 +512,7 @@ def _schedule(t: Translation) -> None:
     elif t.has("runner.max_epochs"):
         t.warn("runner.max_epochs", f"= {t.get('runner.max_epochs')} not imported: runner.max_steps is -1 and "
                "steps per epoch depend on the dataset size; set max_steps")
-    save = t.int("runner.save_interval") if t.has("runner.save_interval") else None
-    if save is not None:
-        if save > 0:
-            t.set("save_steps", int(save), "runner.save_interval")
-        elif "max_steps" in t.native:
-            t.set("save_steps", t.native["max_steps"], "runner.save_interval")
-        else:
-            t.warn("runner.save_interval", "-1 (never) has no native form: checkpoints are written every "
-                   "save_steps and at the end; set save_steps = max_steps for only the final one")
+    import_save_interval(t, "runner.save_interval")
 
 
 def _rewards(t: Translation) -> None:

@@ -16,6 +16,7 @@ from trainer.config.importers.common import (
     drop_unused_reference,
     fill_model_paths,
     fit_to_model,
+    import_save_interval,
     positive_interval,
     settle_strategies,
     warn_unused,
@@ -434,13 +435,7 @@ def _schedule(t: Translation) -> None:
     if t.has(f"{T}.epochs"):
         t.warn(f"{T}.epochs", f"= {t.get(f'{T}.epochs')} not imported: steps per epoch depend on the dataset size; "
                "set max_steps")
-    interval = t.int(f"{T}.ckpt_interval") if t.has(f"{T}.ckpt_interval") else None
-    if interval is not None:
-        if interval > 0:
-            t.set("save_steps", int(interval), f"{T}.ckpt_interval")
-        else:
-            t.warn(f"{T}.ckpt_interval", "-1 (never) has no native form: checkpoints are written every save_steps "
-                   "and at the end; set save_steps = max_steps for only the final one")
+    import_save_interval(t, f"{T}.ckpt_interval")
     mode = t.get(f"{T}.resume_mode")
     if mode is not None:
         mode = str(mode).lower()

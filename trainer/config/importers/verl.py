@@ -14,6 +14,7 @@ from typing import Any
 from trainer.config.importers.common import (
     drop_unused_reference,
     fill_model_paths,
+    import_save_interval,
     positive_interval,
     settle_strategies,
     warn_unused,
@@ -574,15 +575,7 @@ def _schedule(t: Translation) -> None:
     elif t.has("trainer.total_epochs"):
         t.warn("trainer.total_epochs", f"= {t.get('trainer.total_epochs')} not imported: the number of steps per "
                "epoch depends on the dataset size; set max_steps (or trainer.total_training_steps)")
-    save = t.int("trainer.save_freq") if t.has("trainer.save_freq") else None
-    if save is not None:
-        if save > 0:
-            t.set("save_steps", int(save), "trainer.save_freq")
-        elif "max_steps" in t.native:
-            t.set("save_steps", t.native["max_steps"], "trainer.save_freq")
-        else:
-            t.warn("trainer.save_freq", "-1 (never) has no native form: a checkpoint is written every save_steps and "
-                   "at the end; set save_steps = max_steps for only the final one")
+    import_save_interval(t, "trainer.save_freq")
     mode = t.get("trainer.resume_mode")
     if mode is not None:
         table = {"auto": True, "disable": False, "resume_path": t.get("trainer.resume_from_path")}

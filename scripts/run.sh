@@ -3,7 +3,7 @@
 # Redis (unless one answers), a local Ray head, Celery worker + beat, the ingest consumer and the
 # ASGI server; the database is migrated, the demo user/team/experiment created, a demo run
 # launched, and the URL printed. Ctrl-C stops everything it started.
-#   bash scripts/run.sh [--port 8000] [--no-demo]
+#   bash scripts/run.sh [--port 8000] [--no-demo] [--debug]   (--debug: Django's DEBUG mode; off by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

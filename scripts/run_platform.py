@@ -43,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("POLICYLAB_PORT", "8000")))
     parser.add_argument("--no-demo", action="store_true", help="start the platform without launching the demo run")
+    parser.add_argument("--debug", action="store_true",
+                        help="Django's DEBUG mode (tracebacks in the browser); never on a shared machine")
     args = parser.parse_args(argv)
+    if args.debug:
+        os.environ["DJANGO_DEBUG"] = "1"  # read by settings here and by every service started below
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "policylab.settings")
     import django

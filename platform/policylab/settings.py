@@ -4,6 +4,7 @@ one machine (SQLite under var/, Redis on localhost, a local Ray head)."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -19,11 +20,72 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
-# The default key is for the embedded single-machine setup only; production sets DJANGO_SECRET_KEY.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "policylab-insecure-dev-key-change-me-in-production")
+def persistent_secret_key(path: Path) -> str:
+    """A random key made once and kept in `path` (mode 0600), for a deployment that sets no
+    DJANGO_SECRET_KEY: sessions survive restarts, and no two installations share a key. Linked into
+    place atomically, so processes starting together (web, worker, ingest) all read the same key."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(50))
+    try:
+        os.link(draft, path)  # fails if another process got there first: then its key wins
+    except FileExistsError:
+        pass
+    finally:
+        draft.unlink()
+    return path.read_text().strip()
+
+
+# Production defaults: DEBUG only when asked for (DJANGO_DEBUG=1, `scripts/run.sh --debug`).
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or persistent_secret_key(
+    Path(os.environ.get("POLICYLAB_SECRET_KEY_FILE", VAR_DIR / "secret_key"))
+)
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# --- HTTP security (Django's deployment checklist; `manage.py check --deploy` is clean when the
+# HTTPS variables below are set). Headers are on everywhere; what needs HTTPS is set by env.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+# Served over HTTPS (directly or behind a proxy that sets X-Forwarded-Proto: DJANGO_SECURE_PROXY_SSL_HEADER=1).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", False)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Request bodies (Django's default, stated because RequestSizeLimitMiddleware answers 413 past it).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+# Content-Security-Policy (policylab.middleware): no inline or third-party scripts. Inline styles
+# stay allowed: plotly.js and the API docs (Swagger UI, Redoc) set style attributes at run time.
+CONTENT_SECURITY_POLICY = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'", "ws:", "wss:"],  # the run page's websocket
+    "worker-src": ["'self'", "blob:"],  # Redoc's search worker
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
 
 INSTALLED_APPS = [
     "daphne",  # ASGI runserver (HTTP + websockets); must precede django.contrib.staticfiles
@@ -41,10 +103,14 @@ INSTALLED_APPS = [
     "policylab.jobs",
     "policylab.tracking",
     "policylab.api",
+    "axes",  # sign-in throttling (AXES_* below)
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "policylab.middleware.ApiErrorBodyMiddleware",
+    "policylab.middleware.RequestSizeLimitMiddleware",
+    "policylab.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -52,6 +118,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a lockout into its page
 ]
 
 ROOT_URLCONF = "policylab.urls"
@@ -91,6 +158,19 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "policylab.accounts.backends.LoginThrottleBackend",  # first: refuses locked-out sign-ins
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Sign-in throttling (django-axes): 10 failed sign-ins of one username from one address lock that
+# pair out for 15 minutes (another address, or another username, is not affected); a successful
+# sign-in clears the count. API tokens do not sign in and are not counted.
+AXES_FAILURE_LIMIT = int(os.environ.get("POLICYLAB_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("POLICYLAB_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
+AXES_VERBOSE = False
 LOGIN_URL = "accounts:login"
 LOGIN_REDIRECT_URL = "experiments:home"
 LOGOUT_REDIRECT_URL = "accounts:login"
@@ -125,6 +205,18 @@ POLICYLAB_RECONCILE_INTERVAL_S = float(os.environ.get("POLICYLAB_RECONCILE_INTER
 POLICYLAB_TRAINER_PYTHON = os.environ.get("POLICYLAB_TRAINER_PYTHON", "python")
 POLICYLAB_TRAINER_PYTHONPATH = os.environ.get("POLICYLAB_TRAINER_PYTHONPATH", str(REPO_ROOT))
 POLICYLAB_TRAINER_ARGS = os.environ.get("POLICYLAB_TRAINER_ARGS", "")  # e.g. "--workers local"
+# What a run may touch (trainer.config.confinement): models and data only under these folders
+# (comma-separated, on the cluster's disk), relative paths taken from POLICYLAB_TRAINER_WORKDIR;
+# everything a run writes goes to its own run directory. Another team's runs are never readable.
+POLICYLAB_READ_ROOTS = [
+    str(Path(p).absolute())
+    for p in os.environ.get("POLICYLAB_READ_ROOTS", f"{REPO_ROOT / 'examples'},{VAR_DIR / 'data'},{VAR_DIR / 'models'}")
+    .split(",")
+    if p.strip()
+]
+POLICYLAB_TRAINER_WORKDIR = os.environ.get("POLICYLAB_TRAINER_WORKDIR", str(REPO_ROOT))
+# The environment variables `${oc.env:…}` may read in a run's trainer (comma-separated globs).
+POLICYLAB_CONFIG_ENV_ALLOW = os.environ.get("POLICYLAB_CONFIG_ENV_ALLOW", "HOME,USER,TMPDIR,POLICYLAB_DATA_*")
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", REDIS_URL)
@@ -152,8 +244,14 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON with a depth limit and no lone surrogates (policylab/api/parsers.py); forms as DRF's defaults.
+    "DEFAULT_PARSER_CLASSES": [
+        "policylab.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "policylab.api.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "policylab.api.errors.exception_handler",
 }
@@ -166,6 +264,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",  # the default hook, kept
+        "policylab.api.schema.document_id_bounds",
+    ],
 }
 
 LOGGING = {
@@ -173,4 +275,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("POLICYLAB_LOG_LEVEL", "INFO")},
+    # django-axes logs every failed sign-in at INFO; lockouts are WARNING
+    "loggers": {"axes": {"level": os.environ.get("POLICYLAB_AXES_LOG_LEVEL", "WARNING")}},
 }

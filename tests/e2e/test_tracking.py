@@ -61,6 +61,7 @@ def start_tracking_stack(redis_url: str, runs_dir: Path, work: Path) -> Iterator
             "POLICYLAB_VAR_DIR": str(work / "var"),
             "POLICYLAB_CHANNELS_PREFIX": f"e2e-{uuid.uuid4().hex[:6]}",
             "DJANGO_DEBUG": "1",
+            "DJANGO_SECRET_KEY": django_settings.SECRET_KEY,  # the test's sessions must hold there
         }
     )
     port = free_port()

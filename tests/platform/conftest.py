@@ -33,6 +33,8 @@ DEMO_YAML = (REPO_ROOT / "examples" / "demo_grpo_cpu.yaml").read_text()
 @pytest.fixture(autouse=True)
 def isolated_runs_dir(settings, tmp_path: Path) -> None:
     settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    # Configs in these tests name models under /models (never read); runs may read from there.
+    settings.POLICYLAB_READ_ROOTS = [*settings.POLICYLAB_READ_ROOTS, "/models"]
     # Real password hashing costs ~0.3 s a user on this machine; the tests are about access, not hashing.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
@@ -96,3 +98,8 @@ def token_client(user, team: Team) -> APIClient:
 @pytest.fixture
 def api_alice(alice, team_a) -> APIClient:
     return token_client(alice, team_a)
+
+
+@pytest.fixture
+def api_bob(bob, team_b) -> APIClient:
+    return token_client(bob, team_b)

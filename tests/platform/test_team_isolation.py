@@ -57,7 +57,7 @@ def team_b_objects(bob, team_b, make_experiment):
 def test_the_url_map_has_the_object_routes_we_expect():
     routes = {route for route, _ in id_routes()}
     for expected in ("api/experiments/<int:pk>/", "api/runs/<int:pk>/fork/", "experiments/<int:pk>/launch/",
-                     "api/tokens/<int:pk>/", "runs/<int:pk>/status/"):
+                     "api/tokens/<int:pk>/", "runs/<int:run_id>/"):
         assert expected in routes
 
 

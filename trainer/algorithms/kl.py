@@ -169,11 +169,26 @@ class AdaptiveKLController:
 
 
 def make_kl_controller(
-    init_kl_coef: float, target_kl: float | None = None, kl_horizon: int = 10000
+    init_kl_coef: float,
+    target_kl: float | None = None,
+    kl_horizon: int = 10000,
+    ctrl_type: str | None = None,
 ) -> FixedKLController | AdaptiveKLController:
-    """Adaptive when `target_kl` is set (ROLL's rule), fixed otherwise."""
+    """The controller `kl_ctrl_type` names (verl `algorithm.kl_ctrl.type`):
+
+      `fixed`     β = `init_kl_coef` forever (a set `target_kl` is unused);
+      `adaptive`  β₀ = `init_kl_coef`, steered toward `target_kl` with time constant `kl_horizon`
+                  (AdaptiveKLController); needs `target_kl`;
+      None        ROLL's rule (ROLL has no type knob): adaptive exactly when `target_kl` is set.
+    """
     if init_kl_coef < 0:
         raise ValueError(f"init_kl_coef must be >= 0, got {init_kl_coef}")
-    if target_kl is None:
+    if ctrl_type is None:
+        ctrl_type = "fixed" if target_kl is None else "adaptive"
+    if ctrl_type == "fixed":
         return FixedKLController(init_kl_coef)
+    if ctrl_type != "adaptive":
+        raise ValueError(f"kl_ctrl_type {ctrl_type!r} is not known; valid: fixed, adaptive")
+    if target_kl is None:
+        raise ValueError("kl_ctrl_type adaptive needs a target_kl to steer toward")
     return AdaptiveKLController(init_kl_coef, target_kl, kl_horizon)

@@ -26,12 +26,15 @@ class LossOutput(NamedTuple):
 
 
 def _ratio_metrics(ratio: Tensor, log_ratio: Tensor, mask: Tensor) -> dict[str, float]:
-    """approx_kl = mean(r − 1 − log r), the k3 estimate of KL(π_old ‖ π) from the rollout's samples,
-    and the ratio's mean and max, all over real tokens."""
+    """Over real tokens, with log r = log π − log π_old:
+    approx_kl = mean(r − 1 − log r), the k3 estimate of KL(π_old ‖ π) from the rollout's samples;
+    ppo_kl = mean(−log r) = mean(log π_old − log π), the k1 estimate verl logs as `actor/ppo_kl`;
+    the ratio's mean and max."""
     ratio, log_ratio = ratio.detach(), log_ratio.detach()
     has_tokens = bool(mask.any())
     return {
         "approx_kl": float(masked_mean(kl_low_var(torch.zeros_like(log_ratio), log_ratio), mask)),
+        "ppo_kl": float(masked_mean(-log_ratio, mask)),
         "ratio_mean": float(masked_mean(ratio, mask)),
         "ratio_max": float(ratio[mask].max()) if has_tokens else 0.0,
     }
@@ -52,6 +55,7 @@ def ppo_policy_loss(
     clip_high: float | None = None,
     dual_clip_c: float | None = None,
     agg: LossAgg | None = None,
+    sample_weights: Tensor | None = None,
 ) -> LossOutput:
     """PPO clipped surrogate (knobs `pg_clip`, or `pg_clip_low`/`pg_clip_high` = clip-higher).
 
@@ -59,8 +63,11 @@ def ppo_policy_loss(
     Dual clip (`dual_clip_loss`, Ye et al. 2020), for A < 0 only:  l = min(l, −c·A), c =
     `clip_ratio_c` > 1, so a huge ratio on a bad token cannot blow the loss up. (ROLL hard-codes
     c = 1 + 2·pg_clip; pass that value to reproduce it.)
+    `sample_weights` w_i [batch] (`difficulty_loss_weight` / `length_loss_weight`) scale sample i's
+    losses inside the aggregation: agg(w_i·l_it).
     Metrics: clipfrac (real tokens where the clipped branch is active), clipfrac_lower (where the
-    dual clip is active), approx_kl (k3 of old vs new), ratio_mean, ratio_max.
+    dual clip is active; 0 without it), approx_kl (k3 of old vs new), ppo_kl (k1), ratio_mean,
+    ratio_max.
     """
     check_same_shape(
         log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
@@ -77,14 +84,14 @@ def ppo_policy_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     losses = torch.maximum(unclipped, clipped)
-    metrics = {"clipfrac": float(masked_mean((clipped > unclipped).float(), mask))}
+    metrics = {"clipfrac": float(masked_mean((clipped > unclipped).float(), mask)), "clipfrac_lower": 0.0}
     if dual_clip_c is not None:
         capped = -advantages * dual_clip_c
         negative = advantages < 0
         metrics["clipfrac_lower"] = float(masked_mean(((losses > capped) & negative).float(), mask))
         losses = torch.where(negative, torch.minimum(losses, capped), losses)
     metrics |= _ratio_metrics(ratio, log_ratio, mask)
-    loss = agg(losses, mask)
+    loss = agg(losses, mask, sample_weights)
     metrics["pg_loss"] = float(loss.detach())
     return LossOutput(loss, metrics)
 
@@ -98,13 +105,18 @@ def gspo_policy_loss(
     clip_low: float = 3e-4,
     clip_high: float | None = 4e-4,
     agg: LossAgg | None = None,
+    sample_weights: Tensor | None = None,
 ) -> LossOutput:
     """GSPO (Zheng et al. 2025; ROLL `importance_sampling: seq`): sequence-level ratio.
 
     s_i = exp( (1/|y_i|)·Σ_t (log π − log π_old) )  (geometric mean of token ratios), used per token
     as s_it = sg(s_i)·π_t/sg(π_t) so that its value is s_i and its gradient flows through each token;
     l_it = max(−A_it·s_it, −A_it·clip(s_it, 1 − ε_low, 1 + ε_high)). log s is capped at 10 (verl).
-    Defaults are the paper's ε (3e-4, 4e-4); aggregate with seq-mean-token-mean to match the paper.
+    The pipeline passes ε_low / ε_high from `pg_clip_low` / `pg_clip_high` (else `pg_clip`), as verl
+    (`clip_ratio_low/high`) and ROLL do; the paper's ε, which are these defaults, are 3e-4 / 4e-4 —
+    far below PPO's 0.2, since s_i is a per-token geometric mean and stays near 1. Aggregate with
+    seq-mean-token-mean to match the paper. `sample_weights` as in ppo_policy_loss.
+    Metrics: clipfrac, approx_kl / ppo_kl (of the token ratios), ratio_mean, ratio_max (of s).
     """
     check_same_shape(
         log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
@@ -124,7 +136,7 @@ def gspo_policy_loss(
     losses = fill_masked(torch.maximum(unclipped, clipped), mask)
     metrics = {"clipfrac": float(masked_mean((clipped > unclipped).float(), mask))}
     metrics |= _ratio_metrics(ratio, token_log_ratio, mask)
-    loss = agg(losses, mask)
+    loss = agg(losses, mask, sample_weights)
     metrics["pg_loss"] = float(loss.detach())
     return LossOutput(loss, metrics)
 
@@ -137,6 +149,7 @@ def topr_policy_loss(
     scores: Tensor,
     *,
     agg: LossAgg | None = None,
+    sample_weights: Tensor | None = None,
 ) -> LossOutput:
     """TOPR, Tapered Off-Policy REINFORCE (Le Roux et al. 2025, arXiv 2503.14286; `use_topr_loss`).
 
@@ -145,7 +158,8 @@ def topr_policy_loss(
     (score_i > 0, plain SFT-like push) and w_i = sg(clip(exp(Σ_t log π − log μ), 0, 1)) for the
     others (truncated importance sampling on negatives, no gradient through the weight). The sign
     comes from `scores` [batch] (the sequence reward, as ROLL splits on `scores > 0`); the size
-    from the advantages. Metrics: negative_weight_mean, positive_fraction, approx_kl, ratio_*.
+    from the advantages. `sample_weights` as in ppo_policy_loss (multiplied with w_i above).
+    Metrics: negative_weight_mean, positive_fraction, approx_kl, ppo_kl, ratio_*.
     """
     check_same_shape(
         log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
@@ -166,7 +180,7 @@ def topr_policy_loss(
         "positive_fraction": float(positive.float().mean()) if positive.numel() else 0.0,
     }
     metrics |= _ratio_metrics(log_ratio.exp(), log_ratio, mask)
-    loss = agg(losses, mask)
+    loss = agg(losses, mask, sample_weights)
     metrics["pg_loss"] = float(loss.detach())
     return LossOutput(loss, metrics)
 

@@ -20,17 +20,21 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
+
 
 CHECKPOINTS_DIR = "checkpoints"
 COMPLETE_MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
-def checkpoints_root(cfg: Any) -> Path:
+def checkpoints_root(cfg: PipelineConfig) -> Path:
     """Where a run's checkpoints live: ``checkpoint_config.output_dir`` or ``<output_dir>/checkpoints``."""
     configured = getattr(getattr(cfg, "checkpoint_config", None), "output_dir", None)
     return Path(configured) if configured else Path(cfg.output_dir) / CHECKPOINTS_DIR
@@ -107,26 +111,30 @@ def checkpoint_size(path: str | Path) -> int:
 
 
 def get_rng_state() -> dict[str, Any]:
-    """This process's python, numpy and torch (CPU and, when present, CUDA) RNG states."""
+    """This process's python, numpy and torch (CPU and, when present, CUDA) RNG states: the one
+    capture every role and strategy saves, in a format `torch.load(weights_only=True)` reads."""
     import numpy as np
     import torch
 
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
     state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
+        "numpy": (np_kind, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_has_gauss, np_gauss),
+        "python": random.getstate(),
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: Mapping[str, Any]) -> None:
     import numpy as np
     import torch
 
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = state["numpy"]
+    np.random.set_state((np_kind, np_keys.numpy().astype(np.uint32), np_pos, np_has_gauss, np_gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

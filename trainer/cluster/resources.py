@@ -10,10 +10,16 @@ config runs on a laptop; on a GPU cluster a bundle is one GPU plus its CPUs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+from trainer.config.topology import devices_per_worker, duplicate_devices
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
+
 
 WORKER_ROLES = ("actor_train", "actor_infer", "reference", "critic", "validation")
 
@@ -76,7 +82,7 @@ class ResourcePool:
 
 
 def plan_resource_pools(
-    cfg: Any, *, num_cpus_per_device: float = 1.0, use_gpu: bool | None = None
+    cfg: PipelineConfig, *, num_cpus_per_device: float = 1.0, use_gpu: bool | None = None
 ) -> dict[str, ResourcePool]:
     """Map every role that has workers to its ResourcePool; colocated roles map to the same object.
 
@@ -97,8 +103,8 @@ def plan_resource_pools(
         if not devices and getattr(cfg, "colocate_all", False) and train_devices:
             devices = train_devices
         if devices:
-            if len(set(devices)) != len(devices):
-                raise ValueError(f"{role}.device_mapping lists a device twice: {list(devices)}")
+            if duplicate_devices(devices):
+                raise ValueError(f"{role}.device_mapping lists a device twice: {duplicate_devices(devices)}")
             if min(devices) < 0:
                 raise ValueError(f"{role}.device_mapping has a negative device id: {list(devices)}")
             mapped[role] = tuple(devices)
@@ -115,7 +121,7 @@ def plan_resource_pools(
     return pools
 
 
-def role_sections(cfg: Any) -> dict[str, Any]:
+def role_sections(cfg: PipelineConfig) -> dict[str, Any]:
     """The config sections that become worker groups: the fixed roles that are set, and one
     `rewards.<name>` role per reward worker."""
     sections = {role: getattr(cfg, role) for role in WORKER_ROLES if getattr(cfg, role, None) is not None}
@@ -151,7 +157,7 @@ def build_pool(
     for role in roles:
         own = role_devices[role]
         section = sections[role]
-        per_worker = int(getattr(section, "num_gpus_per_worker", 1) or 1)
+        per_worker = devices_per_worker(role, section)
         if len(own) % per_worker:
             raise ValueError(
                 f"{role}.device_mapping has {len(own)} devices, not a multiple of "

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from trainer.checkpoint.core import get_rng_state, set_rng_state
+from trainer.config.topology import train_shape
+from trainer.models.value import ValueModel, response_values
 from trainer.pipeline import losses
 from trainer.pipeline.batch import response_logprobs, split_rows
 from trainer.rollout.base import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
 
 
 def _seed_everything(seed: int) -> None:
@@ -31,14 +36,14 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _role_cfg(cfg: Any, role: str) -> Any:
+def _role_cfg(cfg: PipelineConfig, role: str) -> Any:
     section = getattr(cfg, role, None)
     if section is None:
         raise ValueError(f"{role}: this role has no section in the config")
     return section
 
 
-def _model_path(cfg: Any, role: str) -> str:
+def _model_path(cfg: PipelineConfig, role: str) -> str:
     path = _role_cfg(cfg, role).model_args.model_name_or_path or cfg.pretrain
     if not path:
         raise ValueError(f"{role}.model_args.model_name_or_path: empty (and no top-level `pretrain`)")
@@ -49,7 +54,7 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _optim_config(cfg: Any, role: str, num_training_steps: int) -> Any:
+def _optim_config(cfg: PipelineConfig, role: str, num_training_steps: int) -> Any:
     from trainer.train.base import OptimConfig
 
     return OptimConfig.from_training_args(_role_cfg(cfg, role).training_args, num_training_steps)
@@ -60,11 +65,11 @@ def strategy_name(section: Any, default: str) -> str:
     return section.strategy_args.strategy_name if section.strategy_args is not None else default
 
 
-def _build_train_strategy(cfg: Any, role: str, model: nn.Module, rank: int, world_size: int) -> Any:
+def _build_train_strategy(cfg: PipelineConfig, role: str, model: nn.Module, rank: int, world_size: int) -> Any:
     from trainer.train import build_strategy
 
     section = _role_cfg(cfg, role)
-    steps = cfg.max_steps * _optimizer_steps_per_rollout(cfg, role, world_size)
+    steps = cfg.max_steps * train_shape(cfg, role, world_size).optimizer_steps_per_rollout
     # only what the config sets: the strategy applies its own defaults to the rest
     options = (section.strategy_args.strategy_config.model_dump(exclude_unset=True)
                if section.strategy_args is not None else None)
@@ -97,9 +102,8 @@ class _TrainedRole(_RoleBase):
     strategy: Any
 
     def _mini_batches(self, batch: dict[str, Tensor], step: int, epoch: int) -> list[dict[str, Tensor]]:
-        args = _role_cfg(self.cfg, self.role).training_args
         rows = batch["response_mask"].size(0)
-        per_rank = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        per_rank = train_shape(self.cfg, self.role, self.world_size).rows_per_mini_batch
         if rows % per_rank:
             raise ValueError(
                 f"{self.role}.training_args: this rank holds {rows} samples, not a multiple of "
@@ -147,7 +151,7 @@ class ActorTrainWorker(_TrainedRole):
 
     role_prefix = "actor"
 
-    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
         from trainer.models.loading import load_model
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
@@ -189,7 +193,7 @@ class CriticWorker(_TrainedRole):
 
     role_prefix = "critic"
 
-    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
         from trainer.models.loading import load_model
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
@@ -207,34 +211,10 @@ class CriticWorker(_TrainedRole):
         return self._update(batch, step, losses.make_critic_loss(self.cfg))
 
 
-class ValueModel(nn.Module):
-    """Causal-LM backbone + a scalar head: V(s_t) for every position (zero-initialised head)."""
-
-    def __init__(self, causal_lm: nn.Module) -> None:
-        super().__init__()
-        self.backbone = causal_lm.model
-        self.value_head = nn.Linear(causal_lm.config.hidden_size, 1)
-        nn.init.zeros_(self.value_head.weight)
-        nn.init.zeros_(self.value_head.bias)
-
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
-        hidden = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).last_hidden_state
-        return self.value_head(hidden.float()).squeeze(-1)
-
-
-def response_values(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-    """V of the state before each response token: [B, R] (column P-1+j values token j)."""
-    width_r = batch["response_mask"].size(1)
-    values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
-    return values[:, -width_r - 1 : -1]
-
-
 class ReferenceWorker(_RoleBase):
     """The frozen initial policy: log-probs for the KL penalty / KL loss."""
 
-    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
         from trainer.models.loading import load_model
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
@@ -259,7 +239,7 @@ class ReferenceWorker(_RoleBase):
 class ActorInferWorker(_RoleBase):
     """The rollout engine (``hf_infer``): samples responses, receives new weights after updates."""
 
-    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
         from trainer.models.loading import load_model, load_tokenizer
         from trainer.rollout.hf import HFInferEngine
 
@@ -303,7 +283,7 @@ class ActorInferWorker(_RoleBase):
 class RewardWorker(_RoleBase):
     """Scores responses with the reward functions named in the config's ``rewards`` section."""
 
-    def __init__(self, role: str, cfg: Any, rank: int, world_size: int) -> None:
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
         from trainer.pipeline.rewarding import build_reward_fn
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
@@ -313,7 +293,7 @@ class RewardWorker(_RoleBase):
         return self.reward_fn(list(batch["prompts"]), list(batch["responses"]), list(batch["samples"]))
 
 
-def _sampling_temperature(cfg: Any) -> float:
+def _sampling_temperature(cfg: PipelineConfig) -> float:
     """Log-probs for PPO ratios use the sampling temperature, as the rollout engine reports them."""
     args = cfg.actor_infer.generating_args
     return args.temperature if args is not None and args.temperature > 0 and args.do_sample else 1.0
@@ -322,13 +302,6 @@ def _sampling_temperature(cfg: Any) -> float:
 def _forward_in_chunks(fn: Any, runner: Any, batch: dict[str, Tensor], chunk: int) -> Tensor:
     parts = split_rows(batch, max(1, chunk or batch["response_mask"].size(0)))
     return torch.cat([runner(lambda model, p=p: fn(model, p)).detach().cpu() for p in parts], dim=0)
-
-
-def _optimizer_steps_per_rollout(cfg: Any, role: str, world_size: int) -> int:
-    args = _role_cfg(cfg, role).training_args
-    samples = cfg.rollout_batch_size * cfg.num_return_sequences_in_group
-    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size
-    return max(1, samples // per_step) * cfg.ppo_epochs
 
 
 WORKER_CLASSES: dict[str, type] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 
 MAX_DEVICES = 65536  # refuse absurd ranges instead of building huge lists
+MAX_DEVICE_ID = MAX_DEVICES - 1  # ids index the cluster's devices: 4096 nodes x 16 devices at most
 
 GRAMMAR = "a list of device ids such as [0,1,2], range(0,8), list(range(0,16)) or list(range(0,4)) + [8,9]"
 
@@ -28,7 +29,18 @@ def parse_device_mapping(text: str) -> list[int]:
     except SyntaxError as exc:
         raise DeviceMappingError(f"cannot parse {text!r}: {exc.msg}; expected {GRAMMAR}") from None
     devices = _walk(tree.body, text)
+    check_device_ids(devices)
     return devices
+
+
+def check_device_ids(devices: list) -> None:
+    """Raise DeviceMappingError when the list is too long or an id is above MAX_DEVICE_ID (linear).
+    Negative ids are left to validation, which names them."""
+    if len(devices) > MAX_DEVICES:
+        raise DeviceMappingError(f"more than {MAX_DEVICES} devices")
+    too_big = [d for d in devices if isinstance(d, int) and d > MAX_DEVICE_ID]
+    if too_big:
+        raise DeviceMappingError(f"device ids must be at most {MAX_DEVICE_ID}, got {too_big[0]}")
 
 
 def _int(node: ast.AST, text: str) -> int:

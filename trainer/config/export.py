@@ -35,8 +35,10 @@ class _NativeDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ign
 
 
 def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    # `${` would be read back as interpolation: escape it so text survives a round trip.
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value.replace("${", "\\${"))
+    # `${` would be read back as interpolation: escape it so text survives a round trip. A kept
+    # `${oc.env:…}` (the web side never resolves it) stays live for the trainer to substitute.
+    text = value.replace("${", "\\${").replace("\\${oc.env:", "${oc.env:")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text)
 
 
 _NativeDumper.add_representer(str, _str_presenter)
@@ -105,8 +107,14 @@ def config_markdown() -> str:
         "  `deepspeed_zero`, `deepspeed_zero2`, `deepspeed_zero3` and `deepspeed_zero3_cpuoffload` are built in,",
         "  so `strategy_config: ${deepspeed_zero2}` works without the files. A `hydra:` section is ignored.",
         "- overrides from the command line: `a.b=c`, `+a.b=c`, `++a.b=c`, `~a.b` (values are YAML: `[0,1]`, `1e-6`).",
-        "- `${...}` interpolation: `${response_length}`, `${oc.env:HOME}`, and `${add:…}`, `${subtract:a,b}`,",
-        "  `${multiply:…}`, `${int_div:a,b}`, `${divide:a,b}`, `${not:x}`.",
+        "- `${...}` interpolation: `${response_length}`, `${add:…}`, `${subtract:a,b}`, `${multiply:…}`,",
+        "  `${int_div:a,b}`, `${divide:a,b}`, `${not:x}` (other resolvers are refused). `${oc.env:NAME}` and",
+        "  `${oc.env:NAME,default}` are substituted by the trainer only; the platform keeps them as written,",
+        "  and its runs may read only the variables named by `POLICYLAB_CONFIG_ENV_ALLOW`.",
+        "- limits (`trainer/config/bounds.py`): 1,000,000 characters, 64 levels of nesting, 20,000 values after",
+        "  YAML aliases, 1,000 aliases, 4,000,000 characters once interpolation is resolved.",
+        "- on the platform, fields marked *path* (read or write) are confined: reads under `POLICYLAB_READ_ROOTS`",
+        "  or the run's own directory, writes inside the run directory (`trainer/config/confinement.py`).",
         "- `device_mapping` may be written as `[0,1,2]`, `range(0,8)`, `list(range(0,16))` or a `+` of these;",
         "  the expression is parsed, never executed.",
         "",

@@ -1,19 +1,27 @@
 """Turn a YAML file, YAML text or mapping (plus command-line overrides) into a plain resolved dict.
 
+A `str` is always YAML text and a `Path` is a file: only the trainer's command line passes a Path
+(the web side never names a file). Every input is bounded before it is parsed (trainer.config.bounds).
+
 Order of operations, as in Hydra/ROLL:
 1. parse YAML (OmegaConf's loader, so `1e-6` is a float);
-2. merge `defaults:` entries (relative YAML files; `deepspeed_zero*` fall back to built-in presets),
-   then the file itself (`_self_` last unless listed);
+2. merge `defaults:` entries (YAML files next to a config file; `deepspeed_zero*` fall back to
+   built-in presets), then the file itself (`_self_` last unless listed);
 3. apply overrides `a.b=c`, `+a.b=c`, `++a.b=c`, `~a.b` (values parsed as YAML);
-4. resolve `${...}` interpolation (`${response_length}`, `${oc.env:HOME}`, `${subtract:a,b}` …);
-5. drop helper keys that only the `defaults:` layers defined (preset holders), and `hydra:`;
-6. parse `device_mapping` expressions with the allow-list parser (never evaluated).
+4. `${oc.env:VAR,default}`: substituted from `env` in the trainer; kept as written when `env` is None
+   (the web server never reads its own environment into a config);
+5. resolve the other `${...}` interpolation (`${response_length}`, `${subtract:a,b}` …);
+6. drop helper keys that only the `defaults:` layers defined (preset holders), and `hydra:`;
+7. parse `device_mapping` expressions with the allow-list parser (never evaluated).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import fnmatch
+import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,6 +32,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel
 
+from trainer.config import bounds
 from trainer.config.device_mapping import DeviceMappingError, parse_device_mapping
 from trainer.config.issues import ConfigError, ConfigIssue
 from trainer.config.presets import DEEPSPEED_PRESETS
@@ -35,12 +44,24 @@ FOREIGN_TOP_LEVEL_KEYS = frozenset(
      "generator", "placement", "environment", "cluster", "runner", "rollout", "actor", "reward", "ray_init"}
 )
 _KEY_RE = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
+ENV_ALLOW_VAR = "POLICYLAB_CONFIG_ENV_ALLOW"
+MAX_NUMBER = 1e18  # arithmetic resolvers refuse results past this (no 2**(2**30) from nested multiply)
 
 
 def _num(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         value = float(value)
     return value
+
+
+def _bounded(fn: Any) -> Any:
+    def resolver(*args: Any) -> Any:
+        value = fn(*args)
+        if not isinstance(value, bool) and not (math.isfinite(value) and abs(value) <= MAX_NUMBER):
+            raise ValueError(f"result {value} is outside ±{MAX_NUMBER:g}")
+        return value
+
+    return resolver
 
 
 def _register_resolvers() -> None:
@@ -55,7 +76,7 @@ def _register_resolvers() -> None:
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
-            OmegaConf.register_resolver(name, fn, annotation_validation="off")
+            OmegaConf.register_resolver(name, _bounded(fn), annotation_validation="off")
 
 
 def _product(values: list[int | float]) -> int | float:
@@ -76,10 +97,6 @@ _register_resolvers()
 
 # ---------------------------------------------------------------------------------------------
 # reading
-
-
-def _looks_like_path(source: str) -> bool:
-    return "\n" not in source and (source.endswith((".yaml", ".yml")) or Path(source).is_file())
 
 
 class _YamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -110,6 +127,7 @@ def _plain(node: Any) -> Any:
 
 
 def _parse_yaml(text: str, where: str) -> dict[str, Any]:
+    bounds.check_yaml_text(text, where, _YamlLoader)
     try:
         data = yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
@@ -118,7 +136,8 @@ def _parse_yaml(text: str, where: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([ConfigIssue("", f"{where}: the top level must be a mapping of keys to values")])
+        hint = " (a config is YAML text, never a file name)" if isinstance(data, str) and "\n" not in text.strip() else ""
+        raise ConfigError([ConfigIssue("", f"{where}: the top level must be a mapping of keys to values{hint}")])
     return data
 
 
@@ -128,9 +147,10 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path 
 
         return _parse_yaml(config_to_yaml(source), "<config>"), None, "<config>"
     if isinstance(source, Mapping):
+        bounds.check_tree(source, "<mapping>")
         return _plain(source), None, "<mapping>"
-    if isinstance(source, Path) or _looks_like_path(source):
-        path = Path(source)
+    if isinstance(source, Path):
+        path = source
         if not path.is_file():
             raise ConfigError([ConfigIssue("", f"config file not found: {path}")])
         try:
@@ -139,7 +159,7 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path 
             raise ConfigError([ConfigIssue("", f"cannot read {path}: {exc}")]) from None
         return _parse_yaml(text, str(path)), path.resolve().parent, str(path)
     if not isinstance(source, str):
-        raise ConfigError([ConfigIssue("", f"expected a path, YAML text or a mapping, got {type(source).__name__}")])
+        raise ConfigError([ConfigIssue("", f"expected YAML text, a mapping or a Path, got {type(source).__name__}")])
     return _parse_yaml(source, "<text>"), None, "<text>"
 
 
@@ -233,6 +253,7 @@ def parse_override_value(text: str) -> Any:
     an empty value is the empty string, as in Hydra."""
     if not text.strip():
         return ""
+    bounds.check_yaml_text(text, "override value", _YamlLoader)
     try:
         return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError:
@@ -264,6 +285,8 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 
 
 def _check_key(key: str, override: str) -> None:
+    if key.count(".") >= bounds.MAX_DEPTH:
+        raise ConfigError([ConfigIssue("", f"override {override[:80]!r}…: deeper than {bounds.MAX_DEPTH} levels")])
     if not _KEY_RE.match(key):
         raise ConfigError([ConfigIssue("", f"override {override!r}: {key!r} is not a dotted key like a.b.c")])
 
@@ -298,6 +321,65 @@ def _interpolations(node: Any) -> list[str]:
     if isinstance(node, list):
         return [text for value in node for text in _interpolations(value)]
     return [node] if isinstance(node, str) and "${" in node else []
+
+
+_ENV_OPEN = re.compile(r"(?<!\\)\$\{oc\.env:")
+_ENV_CALL = re.compile(r"\$\{oc\.env:\s*([A-Za-z_]\w*)\s*(?:,([^${}]*))?\}")
+
+
+def config_environment() -> dict[str, str]:
+    """The variables `${oc.env:…}` may read in this (trainer) process: all of os.environ, or only the
+    names matching POLICYLAB_CONFIG_ENV_ALLOW (comma-separated globs), which the platform sets for
+    its runs so that a config cannot read the cluster's credentials into a run's logs."""
+    allow = os.environ.get(ENV_ALLOW_VAR)
+    if allow is None:
+        return dict(os.environ)
+    patterns = [p.strip() for p in allow.split(",") if p.strip()]
+    return {k: v for k, v in os.environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+
+
+def apply_env(data: Any, env: Mapping[str, str] | None, path: str = "") -> tuple[Any, list[ConfigIssue]]:
+    """Substitute every `${oc.env:NAME}` / `${oc.env:NAME,default}` from `env` (values escaped, so
+    they are never interpolated themselves). With `env` None the text is kept as written (escaped
+    for OmegaConf), to be substituted by the trainer on the cluster."""
+    issues: list[ConfigIssue] = []
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            out[key], found = apply_env(value, env, f"{path}.{key}" if path else str(key))
+            issues += found
+        return out, issues
+    if isinstance(data, list):
+        items = [apply_env(value, env, f"{path}.{i}") for i, value in enumerate(data)]
+        return [value for value, _ in items], [i for _, found in items for i in found]
+    if not isinstance(data, str) or not _ENV_OPEN.search(data):
+        return data, []
+    pieces: list[str] = []
+    position = 0
+    for opening in _ENV_OPEN.finditer(data):
+        if opening.start() < position:
+            continue
+        call = _ENV_CALL.match(data, opening.start())
+        if call is None:
+            issues.append(ConfigIssue(path, "write ${oc.env:NAME} or ${oc.env:NAME,default}: a literal variable "
+                                            "name and a default without ${…}"))
+            return data, issues
+        pieces.append(data[position:call.start()])
+        position = call.end()
+        name, default = call.group(1), call.group(2)
+        if env is None:
+            pieces.append("\\" + call.group(0))
+        elif name in env:
+            pieces.append(env[name].replace("${", "\\${"))
+        elif default is not None:
+            if call.group(0) == data and default.strip() == "null":
+                return None, issues
+            pieces.append(default.strip())
+        else:
+            hint = f" (or not in {ENV_ALLOW_VAR})" if ENV_ALLOW_VAR in os.environ else ""
+            issues.append(ConfigIssue(path, f"environment variable {name} is not set{hint} and has no default"))
+    pieces.append(data[position:])
+    return "".join(pieces), issues
 
 
 def _resolve(data: dict[str, Any]) -> dict[str, Any]:
@@ -339,7 +421,7 @@ def _kept_top_level_keys() -> set[str]:
 
 
 def load_raw_with_issues(
-    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
+    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *, env: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any], list[ConfigIssue]]:
     """Like load_raw, but also returns warnings (skipped defaults entries). Raises ConfigError."""
     issues: list[ConfigIssue] = []
@@ -361,6 +443,11 @@ def load_raw_with_issues(
         if name not in merged and name in referenced:
             merged[name] = copy.deepcopy(preset)
             helper_keys.add(name)
+    merged, env_issues = apply_env(merged, env)
+    env_issues += bounds.check_resolvers(merged)
+    if env_issues:
+        raise ConfigError(issues + env_issues)
+    bounds.check_resolved_size(merged)
     resolved = _resolve(merged)
     for key in helper_keys - _kept_top_level_keys():
         resolved.pop(key, None)
@@ -368,6 +455,8 @@ def load_raw_with_issues(
     return resolved, issues
 
 
-def load_raw(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """YAML path, YAML text or a mapping -> plain resolved dict (see the module docstring)."""
-    return load_raw_with_issues(source, overrides)[0]
+def load_raw(
+    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """YAML file (a Path), YAML text or a mapping -> plain resolved dict (see the module docstring)."""
+    return load_raw_with_issues(source, overrides, env=env)[0]

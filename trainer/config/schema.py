@@ -12,22 +12,35 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trainer.config.device_mapping import parse_device_mapping
+from trainer.config.device_mapping import check_device_ids, parse_device_mapping
 from trainer.config.registries import REWARD_TYPES, SYNTHETIC_TASKS
 
 # ---------------------------------------------------------------------------------------------
 # helpers
 
 
-def fld(default: Any = ..., *, category: str, description: str, **kwargs: Any) -> Any:
-    """A pydantic Field carrying a description and the form category it is grouped under."""
-    extra = {"category": category}
-    return Field(default, description=description, json_schema_extra=extra, **kwargs)
+PathAccess = Literal["read", "write"]
+SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit; a larger seed would fail at the first generator
 
 
-def fld_factory(factory: Any, *, category: str, description: str, **kwargs: Any) -> Any:
-    extra = {"category": category}
-    return Field(default_factory=factory, description=description, json_schema_extra=extra, **kwargs)
+def fld(
+    default: Any = ..., *, category: str, description: str, path: PathAccess | None = None, **kwargs: Any
+) -> Any:
+    """A pydantic Field carrying a description and the form category it is grouped under.
+
+    `path` marks a file-system location the run reads or writes: the platform confines those
+    (trainer.config.paths)."""
+    return Field(default, description=description, json_schema_extra=_extra(category, path), **kwargs)
+
+
+def fld_factory(
+    factory: Any, *, category: str, description: str, path: PathAccess | None = None, **kwargs: Any
+) -> Any:
+    return Field(default_factory=factory, description=description, json_schema_extra=_extra(category, path), **kwargs)
+
+
+def _extra(category: str, path: PathAccess | None) -> dict[str, Any]:
+    return {"category": category} if path is None else {"category": category, "path": path}
 
 
 class Section(BaseModel):
@@ -48,7 +61,7 @@ AutoBool = bool | Literal["auto"]
 
 class ModelArgs(Section):
     model_name_or_path: str | None = fld(
-        None, category="Model",
+        None, category="Model", path="read",
         description="Local directory (or hub id resolved ahead of time) of the HF-format model this role loads.",
     )
     dtype: Dtype | None = fld(
@@ -142,8 +155,8 @@ class TrainingArgs(Section):
         -1, category="Optimizer",
         description="Per-role cap on optimizer schedule length; -1 derives it from the pipeline's max_steps.",
     )
-    seed: int | None = fld(None, category="Optimizer", description="Seed for this role; unset uses the pipeline seed.")
-    data_seed: int | None = fld(None, category="Optimizer", description="Seed of the data sampler; unset uses seed.")
+    seed: int | None = fld(None, category="Optimizer", ge=0, le=SEED_MAX, description="Seed for this role; unset uses the pipeline seed.")
+    data_seed: int | None = fld(None, category="Optimizer", ge=0, le=SEED_MAX, description="Seed of the data sampler; unset uses seed.")
     dataloader_num_workers: int = fld(0, category="Data", ge=0, description="Background processes loading data.")
     bf16: bool = fld(False, category="Optimizer", description="Mixed precision in bfloat16 (implied by dtype bf16).")
     fp16: bool = fld(False, category="Optimizer", description="Mixed precision in float16 (implied by dtype fp16).")
@@ -158,7 +171,7 @@ class SyntheticData(Section):
         ..., category="Data", description="Code-generated verifiable task that produces the prompts."
     )
     num_prompts: int = fld(1024, category="Data", ge=1, description="How many distinct prompts to generate.")
-    seed: int = fld(0, category="Data", description="Seed of the prompt generator (same seed, same prompts).")
+    seed: int = fld(0, category="Data", ge=0, le=SEED_MAX, description="Seed of the prompt generator (same seed, same prompts).")
     kwargs: dict[str, Any] = fld_factory(
         dict, category="Data", description="Task-specific knobs (e.g. string length, digit count)."
     )
@@ -171,13 +184,13 @@ class DataArgs(Section):
         "none feeds the raw prompt text.",
     )
     file_name: str | list[str] | None = fld(
-        None, category="Data",
+        None, category="Data", path="read",
         description="Prompt file(s): JSON, JSONL, CSV or Parquet. Exclusive with synthetic.",
     )
     eval_file_name: str | list[str] | None = fld(
-        None, category="Data", description="Held-out prompt file(s) used for evaluation."
+        None, category="Data", path="read", description="Held-out prompt file(s) used for evaluation."
     )
-    dataset_dir: str | None = fld(None, category="Data", description="Folder that relative file names are read from.")
+    dataset_dir: str | None = fld(None, category="Data", path="read", description="Folder that relative file names are read from.")
     prompt: str | None = fld(
         None, category="Data", description="Column holding the prompt text. Exclusive with messages."
     )
@@ -248,7 +261,7 @@ class GeneratingArgs(Section):
         None, category="Generation", description="Generation stops at any of these token ids (besides EOS)."
     )
     ignore_eos: bool = fld(False, category="Generation", description="Keep generating after the EOS token.")
-    seed: int | None = fld(None, category="Generation", description="Sampling seed; unset derives it from the pipeline seed.")
+    seed: int | None = fld(None, category="Generation", ge=0, le=SEED_MAX, description="Sampling seed; unset derives it from the pipeline seed.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,7 +324,7 @@ class MegatronConfig(Section):
 class OffloadConfig(Section):
     device: Literal["none", "cpu", "nvme"] = fld("none", category="Strategy", description="Where state is offloaded.")
     pin_memory: bool = fld(False, category="Strategy", description="Use page-locked host memory for faster copies.")
-    nvme_path: str | None = fld(None, category="Strategy", description="Folder on NVMe used when device is nvme.")
+    nvme_path: str | None = fld(None, category="Strategy", path="write", description="Folder on NVMe used when device is nvme.")
     buffer_count: int | None = fld(None, category="Strategy", ge=1, description="Offload buffers (nvme).")
 
 
@@ -561,6 +574,8 @@ class WorkerConfig(Section):
     def _parse_device_mapping(cls, value: Any) -> Any:
         if isinstance(value, str):
             return parse_device_mapping(value)
+        if isinstance(value, list):
+            check_device_ids(value)
         return value
 
 
@@ -604,7 +619,7 @@ class CheckpointConfig(Section):
         "file_system", category="Checkpointing", description="Where checkpoints are stored (a file system path)."
     )
     output_dir: str | None = fld(
-        None, category="Checkpointing", description="Folder for checkpoints; unset uses <output_dir>/checkpoints."
+        None, category="Checkpointing", path="write", description="Folder for checkpoints; unset uses <output_dir>/checkpoints."
     )
 
 
@@ -661,20 +676,20 @@ class PipelineConfig(Section):
 
     # Experiment
     exp_name: str = fld("experiment", category="Experiment", description="Name of the experiment (run labels, folders).")
-    seed: int = fld(42, category="Experiment", description="Seed of every random generator; same seed, same run.")
+    seed: int = fld(42, category="Experiment", ge=0, le=SEED_MAX, description="Seed of every random generator; same seed, same run.")
     pretrain: str | None = fld(
-        None, category="Model", description="Policy model path, commonly referenced as ${pretrain} by the roles."
+        None, category="Model", path="read", description="Policy model path, commonly referenced as ${pretrain} by the roles."
     )
     reward_pretrain: str | None = fld(
-        None, category="Model", description="Reward/critic model path, commonly referenced as ${reward_pretrain}."
+        None, category="Model", path="read", description="Reward/critic model path, commonly referenced as ${reward_pretrain}."
     )
     rpc_timeout: int = fld(3600, category="Cluster", ge=1, description="Seconds a call to a worker may take before it fails.")
-    output_dir: str = fld("./output", category="Experiment", description="Run directory: events, checkpoints, logs.")
-    logging_dir: str = fld("./output/logs", category="Logging", description="Folder for log files.")
+    output_dir: str = fld("./output", category="Experiment", path="write", description="Run directory: events, checkpoints, logs.")
+    logging_dir: str = fld("./output/logs", category="Logging", path="write", description="Folder for log files.")
     render_save_dir: str | None = fld(
-        None, category="Agentic", description="Folder for rendered environment frames (agentic pipelines)."
+        None, category="Agentic", path="write", description="Folder for rendered environment frames (agentic pipelines)."
     )
-    profiler_output_dir: str | None = fld(None, category="Logging", description="Folder for profiler traces.")
+    profiler_output_dir: str | None = fld(None, category="Logging", path="write", description="Folder for profiler traces.")
     profiler_timeline: bool = fld(False, category="Logging", description="Record a PyTorch profiler timeline.")
     profiler_memory: bool = fld(False, category="Logging", description="Record CUDA memory snapshots.")
     alive_check_interval: int = fld(10, category="Cluster", ge=1, description="Seconds between worker liveness checks.")
@@ -795,8 +810,10 @@ class PipelineConfig(Section):
     )
     add_token_level_kl: bool = fld(False, category="KL", description="Subtract a per-token KL penalty from rewards.")
     init_kl_coef: float = fld(0.2, category="KL", ge=0, description="Starting coefficient of the KL penalty in the reward.")
-    kl_ctrl_type: Literal["fixed", "adaptive"] = fld(
-        "fixed", category="KL", description="Keep the KL coefficient fixed, or adapt it toward target_kl."
+    kl_ctrl_type: Literal["fixed", "adaptive"] | None = fld(
+        None, category="KL",
+        description="KL-in-reward controller: fixed keeps init_kl_coef, adaptive steers it toward target_kl; "
+        "unset is adaptive exactly when target_kl is set (ROLL's rule).",
     )
     target_kl: float | None = fld(None, category="KL", gt=0, description="KL the adaptive controller steers toward.")
     kl_horizon: int = fld(10000, category="KL", ge=1, description="Time constant (steps) of the adaptive controller.")
@@ -821,7 +838,10 @@ class PipelineConfig(Section):
     use_topr_loss: bool = fld(False, category="Loss", description="Use the TOPR (tapered off-policy) objective.")
     max_grad_norm: float = fld(1.0, category="Optimizer", gt=0, description="Pipeline-level gradient norm clip.")
     l2: float = fld(0.0, category="Loss", ge=0, description="L2 penalty on weights added to the loss.")
-    difficulty_loss_weight: bool = fld(False, category="Loss", description="Weight samples by prompt difficulty.")
+    difficulty_loss_weight: bool = fld(
+        False, category="Loss",
+        description="Weight samples by prompt difficulty (0.5 + 1.5 x the data's `difficulty` column in [0, 1]).",
+    )
     max_len_mask: bool = fld(
         False, category="Loss", description="Leave responses cut off at response_length out of the loss."
     )
@@ -845,7 +865,9 @@ class PipelineConfig(Section):
     error_max_len_threshold: int = fld(
         9999999999, category="Reward processing", ge=1, description="Length above which error_max_len_clip applies."
     )
-    length_loss_weight: bool = fld(False, category="Loss", description="Weight samples by response length.")
+    length_loss_weight: bool = fld(
+        False, category="Loss", description="Weight samples by response length (shorter responses weigh more)."
+    )
 
     # Reward processing
     reward_clip: float | None = fld(None, category="Reward processing", gt=0, description="Clip rewards to [-c, c].")
@@ -858,7 +880,10 @@ class PipelineConfig(Section):
     use_reward_norm: bool = fld(
         False, category="Reward processing", description="Normalise rewards (with use_reward_scaling)."
     )
-    add_len_reward: bool = fld(False, category="Reward processing", description="Add a reward term based on length.")
+    add_len_reward: bool = fld(
+        False, category="Reward processing",
+        description="Add 1 - response tokens / response_length (in [0, 1], more for shorter responses) to each score.",
+    )
     reward_norm: NormType | None = fld(
         None, category="Reward processing",
         description="Older ROLL name that sets both norm_mean_type and norm_std_type.",

@@ -19,7 +19,6 @@ from trainer.config.introspect import key_locations, models_in
 from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
 from trainer.config.loading import load_raw_with_issues
 from trainer.config.registries import (
-    INFER_STRATEGIES,
     REWARD_TYPES,
     ROLE_STRATEGIES,
     ROLL_REWARD_WORKERS,
@@ -34,10 +33,21 @@ from trainer.config.schema import (
     VllmConfig,
     WorkerConfig,
 )
+from trainer.config.topology import (
+    TRAINING_ROLES,
+    devices_per_worker,
+    duplicate_devices,
+    num_nodes,
+    roles,
+    samples_per_rollout,
+    strategy_config,
+    strategy_name,
+    train_shape,
+    world_size,
+)
 
 Source = str | Path | Mapping[str, Any]
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
-TRAINING_ROLES = ("actor_train", "critic")
 _TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 
 
@@ -45,11 +55,16 @@ _TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
 # entry points
 
 
-def validate_config(source: Source, overrides: Sequence[str] = (), source_format: str = "auto") -> ValidationResult:
-    """Load, translate, validate and derive. Never raises for bad input."""
+def validate_config(
+    source: Source, overrides: Sequence[str] = (), source_format: str = "auto", *, env: Mapping[str, str] | None = None
+) -> ValidationResult:
+    """Load, translate, validate and derive. Never raises for bad input.
+
+    `env` is what `${oc.env:…}` reads (the trainer passes loading.config_environment()); None keeps
+    those references as written, as the web side must."""
     result = ValidationResult()
     try:
-        _validate_into(result, source, overrides, source_format)
+        _validate_into(result, source, overrides, source_format, env)
     except ConfigError as exc:
         _add(result, exc.issues)
     except Exception as exc:  # a bug must still not surface as a traceback to the user
@@ -58,9 +73,11 @@ def validate_config(source: Source, overrides: Sequence[str] = (), source_format
     return result
 
 
-def load_config(source: Source, overrides: Sequence[str] = (), source_format: str = "auto") -> PipelineConfig:
+def load_config(
+    source: Source, overrides: Sequence[str] = (), source_format: str = "auto", *, env: Mapping[str, str] | None = None
+) -> PipelineConfig:
     """Return the validated PipelineConfig or raise ConfigError with every problem found."""
-    result = validate_config(source, overrides, source_format)
+    result = validate_config(source, overrides, source_format, env=env)
     if not result.ok or result.config is None:
         raise ConfigError(result.errors + result.warnings)
     return result.config
@@ -71,8 +88,11 @@ def _add(result: ValidationResult, issues: list[ConfigIssue]) -> None:
         (result.errors if issue.severity == "error" else result.warnings).append(issue)
 
 
-def _validate_into(result: ValidationResult, source: Source, overrides: Sequence[str], source_format: str) -> None:
-    raw, load_issues = load_raw_with_issues(source, overrides)
+def _validate_into(
+    result: ValidationResult, source: Source, overrides: Sequence[str], source_format: str,
+    env: Mapping[str, str] | None,
+) -> None:
+    raw, load_issues = load_raw_with_issues(source, overrides, env=env)
     _add(result, load_issues)
     native, fmt, import_issues = detect_and_translate(raw, source_format)
     result.source_format = fmt
@@ -220,66 +240,6 @@ def model_at(path: Sequence[Any], raw: Mapping[str, Any]) -> type[BaseModel] | N
 # facts about roles
 
 
-def strategy_name(role: str, worker: WorkerConfig) -> str:
-    if worker.strategy_args is not None:
-        return worker.strategy_args.strategy_name
-    return "torch_train" if role in TRAINING_ROLES else "hf_infer"
-
-
-def strategy_config(worker: WorkerConfig) -> Any:
-    return worker.strategy_args.strategy_config if worker.strategy_args is not None else None
-
-
-def gpus_per_worker(role: str, worker: WorkerConfig) -> int:
-    """Devices driven by one worker: one inference engine's TP x PP; training workers drive one."""
-    cfg = strategy_config(worker)
-    if isinstance(cfg, VllmConfig):
-        return cfg.tensor_parallel_size * cfg.pipeline_parallel_size
-    if isinstance(cfg, SglangConfig):
-        return cfg.tp_size
-    if strategy_name(role, worker) in INFER_STRATEGIES:
-        return worker.num_gpus_per_worker
-    return 1
-
-
-def world_size(role: str, worker: WorkerConfig) -> int:
-    if worker.device_mapping:
-        return max(1, len(worker.device_mapping) // gpus_per_worker(role, worker))
-    return worker.world_size or 1
-
-
-def dp_size(role: str, worker: WorkerConfig) -> int:
-    """Data-parallel size. Megatron: world / TP / PP / CP (EP is not divided out); FSDP2: world / Ulysses
-    sequence-parallel size; DeepSpeed and torch: world."""
-    world = world_size(role, worker)
-    cfg = strategy_config(worker)
-    if isinstance(cfg, MegatronConfig):
-        model_parallel = cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size
-        return max(1, world // model_parallel)
-    if isinstance(cfg, Fsdp2Config):
-        return max(1, world // cfg.ulysses_sequence_parallel_size)
-    return world
-
-
-def num_nodes(config: PipelineConfig) -> int:
-    """num_nodes when set, else enough nodes of num_gpus_per_node for the highest device id (ROLL's rule)."""
-    if config.num_nodes is not None:
-        return config.num_nodes
-    devices = [d for worker in roles(config).values() for d in worker.device_mapping or []]
-    return max(devices, default=0) // config.num_gpus_per_node + 1
-
-
-def roles(config: PipelineConfig) -> dict[str, WorkerConfig]:
-    out: dict[str, WorkerConfig] = {"actor_train": config.actor_train, "actor_infer": config.actor_infer}
-    for name in ("reference", "critic", "validation"):
-        worker = getattr(config, name)
-        if worker is not None:
-            out[name] = worker
-    for name, reward in config.rewards.items():
-        out[f"rewards.{name}"] = reward
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # cross-field rules
 
@@ -340,7 +300,7 @@ def _check_devices(config: PipelineConfig) -> list[ConfigIssue]:
             if not mapping:
                 issues.append(_error(path, "is empty; list at least one device id or leave it unset for CPU"))
                 continue
-            duplicates = sorted({d for d in mapping if mapping.count(d) > 1})
+            duplicates = duplicate_devices(mapping)
             if duplicates:
                 issues.append(_error(path, f"lists device(s) {duplicates} more than once"))
             outside = sorted(d for d in set(mapping) if d < 0 or (config.num_nodes and d >= capacity))
@@ -354,7 +314,7 @@ def _check_devices(config: PipelineConfig) -> list[ConfigIssue]:
                         f"{config.num_nodes} × {config.num_gpus_per_node} gives ids 0..{capacity - 1}",
                     )
                 )
-            per_worker = gpus_per_worker(kind, worker)
+            per_worker = devices_per_worker(kind, worker)
             engine_sized = strategy_name(kind, worker) in ("vllm", "sglang")  # checked with parallel sizes
             if len(mapping) % per_worker and not engine_sized:
                 issues.append(
@@ -376,12 +336,12 @@ def _check_devices(config: PipelineConfig) -> list[ConfigIssue]:
             kind == "actor_infer"
             and strategy_name(kind, worker) in ("vllm", "sglang")
             and "num_gpus_per_worker" in worker.model_fields_set
-            and worker.num_gpus_per_worker != gpus_per_worker(kind, worker)
+            and worker.num_gpus_per_worker != devices_per_worker(kind, worker)
         ):
             issues.append(
                 _warning(
                     f"{role}.num_gpus_per_worker",
-                    f"ignored: an engine uses its parallel size ({gpus_per_worker(kind, worker)} devices)",
+                    f"ignored: an engine uses its parallel size ({devices_per_worker(kind, worker)} devices)",
                 )
             )
     return issues
@@ -425,7 +385,7 @@ def _check_parallel_sizes(config: PipelineConfig) -> list[ConfigIssue]:
             if cfg.sequence_parallel and tp == 1:
                 issues.append(_warning(f"{base}.sequence_parallel", "has no effect with tensor_model_parallel_size 1"))
         if isinstance(cfg, VllmConfig | SglangConfig) and worker.device_mapping:
-            engine = gpus_per_worker(kind, worker)
+            engine = devices_per_worker(kind, worker)
             field = "tp_size" if isinstance(cfg, SglangConfig) else "tensor_parallel_size"
             if len(worker.device_mapping) % engine:
                 issues.append(
@@ -463,13 +423,10 @@ def _small_divisors(n: int, limit: int = 64) -> list[int]:
 
 
 def _batch_issue(config: PipelineConfig, role: str, worker: WorkerConfig) -> ConfigIssue | None:
-    args = worker.training_args
-    samples = config.rollout_batch_size * config.num_return_sequences_in_group
-    dp = dp_size(role, worker)
-    micro, accum = args.per_device_train_batch_size, args.gradient_accumulation_steps
-    step = micro * accum * dp
-    if samples % step == 0:
+    shape = train_shape(config, role)
+    if shape.whole:
         return None
+    samples, dp, micro, accum, step = shape.samples, shape.dp, shape.micro_batch, shape.grad_accum, shape.global_batch
     head = (
         f"rollout_batch_size × num_return_sequences_in_group = {config.rollout_batch_size} × "
         f"{config.num_return_sequences_in_group} = {samples} samples per step is not a whole number of optimizer "
@@ -585,9 +542,32 @@ def _check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
         issues.append(_error("reference", "KL (use_kl_loss / add_token_level_kl) needs a reference section"))
     if config.kl_ctrl_type == "adaptive" and config.target_kl is None:
         issues.append(_error("target_kl", "kl_ctrl_type adaptive needs a target_kl to steer toward"))
+    if config.kl_ctrl_type == "fixed" and config.target_kl is not None:
+        issues.append(
+            _warning("target_kl", "unused: kl_ctrl_type fixed keeps init_kl_coef (set kl_ctrl_type: adaptive)")
+        )
+    elif (config.kl_ctrl_type == "adaptive" or config.target_kl is not None) and not config.add_token_level_kl:
+        issues.append(_warning("target_kl", "unused: the KL controller only sets the KL penalty in the reward, "
+                               "and add_token_level_kl is off"))
+    issues += _policy_loss_issues(config)
     for role, worker in roles(config).items():
         if worker.use_dynamic_bsz and worker.max_token_len_per_gpu is None:
             issues.append(_error(f"{role}.max_token_len_per_gpu", "use_dynamic_bsz needs a token budget per GPU"))
+    return issues
+
+
+def _policy_loss_issues(config: PipelineConfig) -> list[ConfigIssue]:
+    """GSPO clips a sequence-level ratio that stays near 1: PPO's clip range hardly ever binds."""
+    issues = []
+    loss = "topr" if config.use_topr_loss else config.policy_loss
+    clip_high = config.pg_clip_high if config.pg_clip_high is not None else config.pg_clip
+    clip_low = config.pg_clip_low if config.pg_clip_low is not None else config.pg_clip
+    if loss == "gspo" and max(clip_low, clip_high) > 0.01:
+        issues.append(_warning("pg_clip", f"policy_loss gspo clips the sequence ratio at 1 - {clip_low} / "
+                               f"1 + {clip_high}, which it rarely reaches; the GSPO paper uses "
+                               "pg_clip_low: 3.0e-4, pg_clip_high: 4.0e-4"))
+    if loss != "ppo" and config.dual_clip_loss:
+        issues.append(_warning("dual_clip_loss", f"unused: the dual clip applies to policy_loss ppo, not {loss}"))
     return issues
 
 
@@ -702,6 +682,10 @@ def _check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
                 f"ignored for evaluation: val_n_sample ({config.val_n_sample}) sets responses per prompt",
             )
         )
+    if config.val_greedy and config.val_n_sample > 1:
+        issues.append(
+            _warning("val_n_sample", f"val_greedy decodes the same response {config.val_n_sample} times per prompt")
+        )
     if config.save_steps > config.max_steps:
         issues.append(
             _warning("save_steps", f"{config.save_steps} > max_steps {config.max_steps}: no intermediate checkpoint")
@@ -732,9 +716,8 @@ def _check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
 
 def derive(config: PipelineConfig) -> dict[str, Any]:
     """Numbers a user wants to see before launching: batch sizes, dp sizes, steps."""
-    samples = config.rollout_batch_size * config.num_return_sequences_in_group
     derived: dict[str, Any] = {
-        "rollout_samples_per_step": samples,
+        "rollout_samples_per_step": samples_per_rollout(config),
         "sequence_length": config.sequence_length or config.prompt_length + config.response_length,
         "ppo_epochs": config.ppo_epochs,
         "num_nodes": num_nodes(config),
@@ -744,14 +727,11 @@ def derive(config: PipelineConfig) -> dict[str, Any]:
         derived[f"{role}.strategy"] = strategy_name(kind, worker)
         derived[f"{role}.world_size"] = world_size(kind, worker)
         if kind in TRAINING_ROLES:
-            dp = dp_size(kind, worker)
-            args = worker.training_args
-            global_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
-            steps = samples // global_batch * config.ppo_epochs
-            derived[f"{role}.dp_size"] = dp
-            derived[f"{role}.global_train_batch"] = global_batch
-            derived[f"{role}.optimizer_steps_per_rollout"] = steps
-            derived[f"{role}.total_optimizer_steps"] = steps * config.max_steps
+            shape = train_shape(config, kind)
+            derived[f"{role}.dp_size"] = shape.dp
+            derived[f"{role}.global_train_batch"] = shape.global_batch
+            derived[f"{role}.optimizer_steps_per_rollout"] = shape.optimizer_steps_per_rollout
+            derived[f"{role}.total_optimizer_steps"] = shape.optimizer_steps_per_rollout * config.max_steps
         if kind == "actor_infer":
-            derived[f"{role}.devices_per_engine"] = gpus_per_worker(kind, worker)
+            derived[f"{role}.devices_per_engine"] = devices_per_worker(kind, worker)
     return derived

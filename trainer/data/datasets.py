@@ -3,7 +3,10 @@
 `load_prompt_dataset(data_args, tokenizer, prompt_length=…)` returns a list of samples:
 
     {"index": int, "id": str, "prompt": str (rendered text), "input_ids": list[int],
-     "answer": str | None, "tag": str | None, "task": str | None}
+     "answer": str | None, "tag": str | None, "task": str | None, "difficulty": float | None}
+
+`difficulty` comes from a `difficulty` column in [0, 1] when the data has one (ROLL's column for
+`difficulty_loss_weight`).
 
 Rendering: `template: native` (or a ROLL ChatML template name such as `qwen2_5`) applies
 `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`, a plain `prompt` column
@@ -122,6 +125,15 @@ def fit_prompt_length(input_ids: list[int], prompt_length: int | None, side: str
     raise ValueError(f"prompt_length: prompt of {len(input_ids)} tokens exceeds {prompt_length}")
 
 
+def _difficulty(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"data column `difficulty`: {value!r} is not a number (expected 0..1)") from None
+
+
 def load_rows(data_args: Any, split: str = "train") -> list[dict[str, Any]]:
     """Raw rows of the split: from the synthetic task or from (eval_)file_name."""
     synthetic = _arg(data_args, "synthetic")
@@ -173,6 +185,7 @@ def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | 
             "answer": None if answer is None else str(answer),
             "tag": row.get(tag_key) if tag_key else row.get("task"),
             "task": row.get("task"),
+            "difficulty": _difficulty(row.get("difficulty")),
         })
     if too_long and side == "error":
         raise ValueError(f"prompt_length: {len(too_long)} of {len(rows)} prompts are longer than {prompt_length} "

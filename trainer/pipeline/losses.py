@@ -9,7 +9,7 @@ true loss.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -17,10 +17,14 @@ from torch import Tensor, nn
 from trainer.algorithms import kl as kl_algos
 from trainer.algorithms import policy_loss as pl
 from trainer.algorithms.aggregation import LossAgg
+from trainer.models.value import response_values
 from trainer.pipeline.batch import response_logits, token_logprobs
 
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
 
-def _agg(cfg: Any, mb: dict[str, Tensor]) -> LossAgg:
+
+def _agg(cfg: PipelineConfig, mb: dict[str, Tensor]) -> LossAgg:
     return LossAgg(
         cfg.loss_agg_mode,
         global_num_tokens=float(mb["global_tokens"][0]),
@@ -29,7 +33,16 @@ def _agg(cfg: Any, mb: dict[str, Tensor]) -> LossAgg:
     )
 
 
-def make_actor_loss(cfg: Any, temperature: float) -> Any:
+# verl's names for the same quantities, logged next to ours (`actor/<name>`)
+VERL_ACTOR_METRICS = {"clipfrac": "pg_clipfrac", "clipfrac_lower": "pg_clipfrac_lower"}
+
+
+def make_actor_loss(cfg: PipelineConfig, temperature: float) -> Any:
+    """The policy loss the config names (`ppo`, `gspo`, or `topr` with `use_topr_loss`), each with the
+    clip range `pg_clip_low`/`pg_clip_high` (else `pg_clip`), plus the entropy and KL terms.
+
+    A micro-batch may carry `sample_weights` [batch] (difficulty / length loss weights): they weight
+    the policy-gradient term only, as ROLL does, not the entropy or KL terms."""
     clip_low = cfg.pg_clip_low if cfg.pg_clip_low is not None else cfg.pg_clip
     clip_high = cfg.pg_clip_high if cfg.pg_clip_high is not None else cfg.pg_clip
     name = "topr" if cfg.use_topr_loss else cfg.policy_loss
@@ -41,15 +54,18 @@ def make_actor_loss(cfg: Any, temperature: float) -> Any:
         agg = _agg(cfg, mb)
         # absent when this is the only update on fresh rollouts: then π_old = π (ratio 1, exact)
         old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
+        weights = mb.get("sample_weights")
         if name == "ppo":
             out = pl.ppo_policy_loss(
                 log_probs, old, mb["advantages"], mask, clip_low=clip_low, clip_high=clip_high,
-                dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None, agg=agg,
+                dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None, agg=agg, sample_weights=weights,
             )
         elif name == "gspo":
-            out = pl.gspo_policy_loss(log_probs, old, mb["advantages"], mask, agg=agg)
+            out = pl.gspo_policy_loss(log_probs, old, mb["advantages"], mask, clip_low=clip_low,
+                                      clip_high=clip_high, agg=agg, sample_weights=weights)
         else:
-            out = pl.topr_policy_loss(log_probs, old, mb["advantages"], mask, mb["scores"], agg=agg)
+            out = pl.topr_policy_loss(log_probs, old, mb["advantages"], mask, mb["scores"], agg=agg,
+                                      sample_weights=weights)
         entropy = pl.entropy_loss(logits, mask, agg)
         kl_term = None
         if cfg.use_kl_loss:
@@ -61,6 +77,7 @@ def make_actor_loss(cfg: Any, temperature: float) -> Any:
         )
         scale = float(mb["metric_scale"][0])
         metrics = {k: v for k, v in out.metrics.items() if k != "pg_loss"}
+        metrics |= {verl: metrics[ours] for ours, verl in VERL_ACTOR_METRICS.items() if ours in metrics}
         metrics["pg_loss"] = out.metrics["pg_loss"] * scale
         metrics["entropy"] = float(entropy.detach()) * scale
         if kl_term is not None:
@@ -70,9 +87,7 @@ def make_actor_loss(cfg: Any, temperature: float) -> Any:
     return loss_fn
 
 
-def make_critic_loss(cfg: Any) -> Any:
-    from trainer.cluster.workers import response_values
-
+def make_critic_loss(cfg: PipelineConfig) -> Any:
     def loss_fn(model: nn.Module, mb: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         values = response_values(model, mb)
         out = pl.value_loss(values, mb["values"], mb["returns"], mb["response_mask"],

@@ -9,8 +9,12 @@ loads that directory like any HF checkpoint. Nothing is downloaded.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
+
 
 TINY_SCHEME = "tiny://"
 
@@ -30,7 +34,7 @@ def parse_tiny_ref(ref: str) -> tuple[str, int]:
     return size or "tiny", seed
 
 
-def materialise_tiny_models(cfg: Any) -> Any:
+def materialise_tiny_models(cfg: PipelineConfig) -> Any:
     """Return a copy of ``cfg`` with every ``tiny://`` reference replaced by a built directory."""
     from trainer.models.tiny import build_tiny_model
 
@@ -59,7 +63,7 @@ def materialise_tiny_models(cfg: Any) -> Any:
     return cfg
 
 
-def policy_path(cfg: Any) -> str:
+def policy_path(cfg: PipelineConfig) -> str:
     path = cfg.actor_train.model_args.model_name_or_path or cfg.pretrain
     if not path:
         raise ValueError("actor_train.model_args.model_name_or_path: no policy model given (nor `pretrain`)")

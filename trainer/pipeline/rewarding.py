@@ -8,12 +8,16 @@ Without a ``rewards`` section a synthetic-task run is scored by the ``synthetic`
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
 from trainer.algorithms import rewards as reward_algos
 from trainer.config.registries import ROLL_REWARD_WORKERS
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
 
 
 def _reward_type(name: str, section: Any) -> str:
@@ -25,7 +29,7 @@ def _reward_type(name: str, section: Any) -> str:
                      "valid: math_rule, synthetic, format, reward_model")
 
 
-def build_reward_fn(cfg: Any) -> Any:
+def build_reward_fn(cfg: PipelineConfig) -> Any:
     """(prompts, responses, samples) -> list[float], dispatching each sample by its tag."""
     from trainer.rewards.registry import build_reward
 
@@ -77,9 +81,12 @@ class RewardStats:
         return cls(dict(state))
 
 
-def process_scores(cfg: Any, scores: Tensor, group_ids: Tensor,
-                   state: RewardStats) -> tuple[Tensor, RewardStats, dict[str, float]]:
-    """reward_clip, then mean/std normalisation as the config's norm knobs resolve."""
+def process_scores(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor, state: RewardStats,
+                   response_lengths: Tensor) -> tuple[Tensor, RewardStats, dict[str, float]]:
+    """`add_len_reward` (r + 1 − len/response_length), then reward_clip, then mean/std normalisation
+    as the config's norm knobs resolve."""
+    if cfg.add_len_reward:
+        scores = reward_algos.add_length_reward(scores, response_lengths, cfg.response_length)
     clipped, clip_frac = reward_algos.clip_rewards(scores, cfg.reward_clip)
     mean_type, std_type = reward_algos.resolve_norm_types(
         cfg.norm_mean_type, cfg.norm_std_type, reward_shift=cfg.reward_shift, reward_scale=cfg.reward_scale,
@@ -93,12 +100,50 @@ def process_scores(cfg: Any, scores: Tensor, group_ids: Tensor,
     return normalized, new_state, metrics
 
 
-def process_token_rewards(cfg: Any, token_rewards: Tensor, mask: Tensor) -> Tensor:
+def process_token_rewards(cfg: PipelineConfig, token_rewards: Tensor, mask: Tensor) -> Tensor:
     return reward_algos.whiten(token_rewards, mask) if cfg.whiten_rewards else token_rewards
 
 
-def process_advantages(cfg: Any, advantages: Tensor, mask: Tensor) -> Tensor:
+def process_advantages(cfg: PipelineConfig, advantages: Tensor, mask: Tensor) -> Tensor:
     if cfg.whiten_advantages:
         advantages = reward_algos.whiten(advantages, mask)
     advantages, _ = reward_algos.clip_advantages(advantages, mask, cfg.advantage_clip)
     return advantages
+
+
+def sample_mask(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor) -> tuple[Tensor, dict[str, float]]:
+    """Samples the actor's loss keeps → (bool [batch], metrics), ROLL's `get_sample_level_mask`.
+
+    `difficulty_mask`: keep sample i iff difficulty_low_threshold < mean score of its prompt's group
+    < difficulty_high_threshold (raw scores, before any reward processing). As ROLL does, a step whose
+    every sample would be dropped keeps them all rather than take an optimizer step on nothing.
+    """
+    keep = torch.ones(scores.shape[0], dtype=torch.bool)
+    metrics: dict[str, float] = {}
+    if cfg.difficulty_mask:
+        kept = reward_algos.difficulty_mask(scores, group_ids, cfg.difficulty_low_threshold,
+                                            cfg.difficulty_high_threshold)
+        metrics["actor/difficulty_mask_ratio"] = float(kept.float().mean())
+        keep &= kept
+    if not bool(keep.any()):
+        keep = torch.ones_like(keep)
+    metrics["actor/final_mask_ratio"] = float(keep.float().mean())
+    return keep, metrics
+
+
+def sample_weights(cfg: PipelineConfig, response_mask: Tensor, difficulty: Tensor | None) -> Tensor | None:
+    """Per-sample weights of the policy loss [batch] (None when neither knob is set), ROLL's
+    `compute_sample_weights`: `difficulty_loss_weight` (0.5 + 1.5·difficulty, from the data's
+    `difficulty` column) times `length_loss_weight` (1.5 − min-max-normalised length), rescaled to
+    mean 1. Taken over the whole rollout batch (ROLL: over each micro-batch), so the weights do not
+    depend on how the batch is split across ranks and micro-batches."""
+    if not (cfg.difficulty_loss_weight or cfg.length_loss_weight):
+        return None
+    by_difficulty = None
+    if cfg.difficulty_loss_weight:
+        if difficulty is None:
+            raise ValueError("difficulty_loss_weight: the training samples carry no `difficulty` value")
+        by_difficulty = reward_algos.difficulty_loss_weights(difficulty)
+    by_length = reward_algos.length_loss_weights(response_mask) if cfg.length_loss_weight else None
+    return reward_algos.sample_loss_weights(response_mask.shape[0], difficulty_weights=by_difficulty,
+                                            length_weights=by_length)

@@ -1,9 +1,11 @@
 """The RLVR loop (single controller).
 
 Per step: sample prompts -> generate n responses per prompt (actor_infer) -> score (reward) ->
-reference and old log-probs (reference, actor_train) -> values (critic) -> token rewards (KL in
-reward) -> reward processing -> advantages -> critic and actor updates (ppo_epochs x mini-batches)
--> weight sync to actor_infer -> eval every eval_steps -> checkpoint every save_steps -> metrics.
+reference and old log-probs (reference, actor_train) -> values (critic) -> sample mask
+(difficulty_mask) -> reward processing (add_len_reward, clip, normalisation) -> token rewards (KL in
+reward) -> advantages -> loss weights (difficulty / length) -> critic and actor updates (ppo_epochs x
+mini-batches) -> weight sync to actor_infer -> eval every eval_steps -> checkpoint every save_steps
+-> metrics.
 
 Every random choice is derived from ``(seed, step)`` or restored from a checkpoint, so a run
 resumed at step k reproduces the uninterrupted run's later steps exactly (on the same hardware).
@@ -17,17 +19,23 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainer.algorithms import kl as kl_algos
 from trainer.algorithms.advantages import compute_advantages
 from trainer.checkpoint import core as ckpt
+from trainer.config.topology import train_shape
 from trainer.pipeline import rewarding
 from trainer.pipeline.batch import build_batch
+from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.models import policy_path
 from trainer.rollout.base import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
+
 
 TRAIN_ROLES = ("actor_train", "critic")
 ROLLOUT_SAMPLES_PER_STEP = 16
@@ -52,7 +60,7 @@ class _TimerScope:
         self.timer.values[f"timing/{self.name}"] = time.perf_counter() - self.start
 
 
-def sampling_params(cfg: Any, section: Any, *, n: int, seed: int, greedy: bool = False) -> SamplingParams:
+def sampling_params(cfg: PipelineConfig, section: Any, *, n: int, seed: int, greedy: bool = False) -> SamplingParams:
     args = section.generating_args if section is not None and section.generating_args else None
     max_new = (args.max_new_tokens if args else None) or cfg.response_length
     if args is None or greedy or not args.do_sample:
@@ -73,7 +81,7 @@ def sampling_params(cfg: Any, section: Any, *, n: int, seed: int, greedy: bool =
 class RLVRPipeline:
     """Owns the worker groups, the data sampler, the KL controller and the step counter."""
 
-    def __init__(self, cfg: Any, emitter: Any, *, groups: dict[str, Any], tokenizer: Any,
+    def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: dict[str, Any], tokenizer: Any,
                  train_prompts: list[dict], eval_prompts: list[dict], sampler: Any,
                  log: Callable[[str], None] = print) -> None:
         self.cfg, self.emitter, self.groups, self.tokenizer = cfg, emitter, groups, tokenizer
@@ -81,7 +89,11 @@ class RLVRPipeline:
         self.log = log
         self.output_dir = Path(cfg.output_dir)
         self.checkpoints = ckpt.checkpoints_root(cfg)
-        self.kl_ctrl = kl_algos.make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon)
+        self.kl_ctrl = kl_algos.make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon,
+                                                   ctrl_type=cfg.kl_ctrl_type)
+        if cfg.difficulty_loss_weight and any(p.get("difficulty") is None for p in train_prompts):
+            raise ValueError("difficulty_loss_weight: every training prompt needs a `difficulty` value in "
+                             "[0, 1] (a `difficulty` column in the data file)")
         self.reward_state = rewarding.RewardStats()
         self.step = 0
         self.step_times: list[float] = []
@@ -89,10 +101,8 @@ class RLVRPipeline:
         self.uses_reference = "reference" in groups
         # One optimizer step on fresh rollouts: the old policy IS the current one, so the loss uses
         # the detached current log-probs and the extra forward pass is skipped (as verl and TRL do).
-        args = cfg.actor_train.training_args
         actor_world = len(groups["actor_train"].call_all("ping"))
-        one_update = (cfg.ppo_epochs == 1 and cfg.rollout_batch_size * cfg.num_return_sequences_in_group
-                      <= args.per_device_train_batch_size * args.gradient_accumulation_steps * actor_world)
+        one_update = train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout == 1
         self.needs_old_log_probs = not one_update or cfg.add_token_level_kl
         # the rollout engine frees its memory while a colocated trainer works (vLLM-style sleep/wake)
         infer_devices = set(cfg.actor_infer.device_mapping or ())
@@ -194,8 +204,10 @@ class RLVRPipeline:
                 values = torch.cat(self.groups["critic"].call_sharded("compute_values", batch))
 
         with timer("advantages"):
+            keep, mask_metrics = rewarding.sample_mask(cfg, scores, group_ids)
+            metrics.update(mask_metrics)
             processed, self.reward_state, reward_metrics = rewarding.process_scores(
-                cfg, scores, group_ids, self.reward_state
+                cfg, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1)
             )
             metrics.update(reward_metrics)
             if cfg.add_token_level_kl and self.uses_reference:
@@ -203,8 +215,8 @@ class RLVRPipeline:
                     cfg.kl_penalty, mask, log_probs=batch["old_log_probs"], ref_log_probs=batch["ref_log_probs"]
                 )
                 token_rewards, current_kl = kl_algos.add_kl_to_rewards(processed, token_kl, mask, self.kl_ctrl.value)
-                metrics["actor/reward_kl"] = current_kl
-                metrics["actor/kl_coef"] = self.kl_ctrl.value
+                metrics["actor/reward_kl"] = metrics["actor/reward_kl_penalty"] = current_kl  # ours, verl's
+                metrics["actor/kl_coef"] = metrics["actor/reward_kl_penalty_coeff"] = self.kl_ctrl.value
                 self.kl_ctrl = self.kl_ctrl.update(current_kl, n_steps=len(gens))
             else:
                 token_rewards = kl_algos.scores_to_token_rewards(processed, mask)
@@ -216,29 +228,31 @@ class RLVRPipeline:
             batch["advantages"] = rewarding.process_advantages(cfg, adv.advantages, mask)
             if values is not None:
                 batch["values"], batch["returns"] = values, adv.returns
-                metrics["critic/values_mean"] = float((values * mask).sum() / mask.sum().clamp(min=1))
-                metrics["critic/returns_mean"] = float((adv.returns * mask).sum() / mask.sum().clamp(min=1))
+        # the actor's loss sees only the kept samples (the critic still fits every sample's return)
+        actor_batch = {**batch, "response_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}
+        difficulty = (torch.tensor([float(records[g.prompt_index]["difficulty"]) for g in gens])
+                      if cfg.difficulty_loss_weight else None)
+        weights = rewarding.sample_weights(cfg, mask, difficulty)
+        if weights is not None:
+            actor_batch["sample_weights"] = weights
 
         if "critic" in self.groups:
             with timer("critic_update"):
                 metrics.update(_mean_dicts(self.groups["critic"].call_sharded("train_step", batch, step=step)))
         if step > cfg.critic_warmup:
             with timer("actor_update"):
-                metrics.update(_mean_dicts(self.groups["actor_train"].call_sharded("train_step", batch, step=step)))
+                metrics.update(_mean_dicts(
+                    self.groups["actor_train"].call_sharded("train_step", actor_batch, step=step)))
             with timer("weight_sync"):
                 self.sync_weights()
 
-        lengths = mask.sum(-1)
-        metrics.update({
-            "reward/mean": float(scores.mean()),
-            "reward/std": float(scores.std()) if scores.numel() > 1 else 0.0,
-            "reward/max": float(scores.max()),
-            "reward/min": float(scores.min()),
-            "advantages/mean": float((batch["advantages"] * mask).sum() / mask.sum().clamp(min=1)),
-            "response_length/mean": float(lengths.mean()),
-            "response_length/max": float(lengths.max()),
-            "response_length/clip_ratio": float(sum(g.stop_reason == "length" for g in gens) / len(gens)),
-        })
+        metrics.update(data_metrics(
+            scores=scores, token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
+            prompt_lengths=torch.tensor([len(records[g.prompt_index]["input_ids"]) for g in gens]),
+            max_prompt_length=cfg.prompt_length,
+            truncated=torch.tensor([g.stop_reason == "length" for g in gens]),
+            values=values, returns=batch.get("returns"),
+        ))
         metrics.update(timer.values)
         self.emit_rollouts(step, records, gens, responses, scores, batch["advantages"], mask)
         return metrics
@@ -272,8 +286,9 @@ class RLVRPipeline:
     def evaluate(self) -> dict[str, float]:
         cfg = self.cfg
         section = cfg.validation
-        n = section.generating_args.num_return_sequences if section and section.generating_args else 1
-        greedy = section is None or section.generating_args is None
+        # val_n_sample responses per prompt; greedy when val_greedy is set or no sampling is configured
+        n = cfg.val_n_sample
+        greedy = cfg.val_greedy or section is None or section.generating_args is None
         records = self.eval_prompts
         all_scores = []
         for start in range(0, len(records), cfg.val_batch_size):
@@ -333,11 +348,11 @@ class RLVRPipeline:
         for role in ("actor_infer", "reference"):
             if role in self.groups:
                 self.groups[role].call_all("load_rng", str(path))
-        ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=False))
+        ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=True))
         self.sync_weights()
 
 
-def resume_target(cfg: Any, root: Path) -> Path | None:
+def resume_target(cfg: PipelineConfig, root: Path) -> Path | None:
     """The checkpoint to resume from: ``resume_mode`` (none / latest / path) when set, else
     ``resume_from_checkpoint`` (false, true / "latest", or a path)."""
     if cfg.resume_mode == "none":

@@ -13,9 +13,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.pipeline.models import materialise_tiny_models, policy_path
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -27,7 +30,7 @@ class RunIdentity:
     events_redis: str | None = None
 
     @classmethod
-    def from_env(cls, cfg: Any, run_id: str | None = None, attempt: int | None = None,
+    def from_env(cls, cfg: PipelineConfig, run_id: str | None = None, attempt: int | None = None,
                  events_redis: str | None = None) -> RunIdentity:
         """CLI flags first, then POLICYLAB_RUN_ID / _ATTEMPT / _EVENTS_REDIS_URL, then exp_name."""
         return cls(
@@ -37,7 +40,7 @@ class RunIdentity:
         )
 
 
-def roles_in_use(cfg: Any) -> list[str]:
+def roles_in_use(cfg: PipelineConfig) -> list[str]:
     """Worker roles this config needs, in construction order."""
     roles = ["actor_train", "actor_infer"]
     if cfg.reference is not None or cfg.use_kl_loss or cfg.add_token_level_kl:
@@ -50,7 +53,7 @@ def roles_in_use(cfg: Any) -> list[str]:
     return roles
 
 
-def _with_reference_default(cfg: Any) -> Any:
+def _with_reference_default(cfg: PipelineConfig) -> Any:
     """A KL setting without a reference section uses the initial policy as the reference."""
     if cfg.reference is None and (cfg.use_kl_loss or cfg.add_token_level_kl):
         from trainer.config.schema import WorkerConfig
@@ -59,7 +62,7 @@ def _with_reference_default(cfg: Any) -> Any:
     return cfg
 
 
-def build_groups(cfg: Any, roles: list[str], backend: str) -> dict[str, Any]:
+def build_groups(cfg: PipelineConfig, roles: list[str], backend: str) -> dict[str, Any]:
     """One worker group per role: Ray actors placed by device_mapping, or in-process (``local``)."""
     from trainer.cluster.workers import WORKER_CLASSES, strategy_name
 
@@ -107,7 +110,7 @@ def ensure_ray() -> None:
              log_to_driver=True, object_store_memory=512 * 1024**2)
 
 
-def run_training(cfg: Any, identity: RunIdentity, *, backend: str = "ray",
+def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "ray",
                  log: Callable[[str], None] | None = None) -> int:
     """Run the whole training; returns the process exit code (0 ok, 1 failed)."""
     from trainer.pipeline.telemetry import open_emitter
@@ -136,7 +139,7 @@ def run_training(cfg: Any, identity: RunIdentity, *, backend: str = "ray",
     return EXIT_OK
 
 
-def prepare_pipeline(cfg: Any, emitter: Any, *, backend: str, log: Callable[[str], None],
+def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[str], None],
                      groups: dict[str, Any]) -> Any:
     """Build models, data and worker groups (filled into ``groups`` so the caller can shut them down)."""
     from transformers.utils import logging as hf_logging

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.telemetry.emitter import EventEmitter
 from trainer.telemetry.emitter import open_emitter as open_event_emitter
 from trainer.telemetry.system import SystemSampler
 from trainer.telemetry.trackers import NullTracker, build_tracker
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
 
 
 class RunTelemetry:
@@ -47,7 +50,7 @@ class RunTelemetry:
             self.emitter.close()
 
 
-def open_emitter(cfg: Any, identity: Any) -> RunTelemetry:
+def open_emitter(cfg: PipelineConfig, identity: Any) -> RunTelemetry:
     """Events into ``output_dir/events.jsonl`` (+ Redis when configured) and the config's tracker."""
     emitter = open_event_emitter(cfg.output_dir, identity.run_id, identity.attempt, identity.events_redis)
     try:

@@ -96,15 +96,43 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Event:
-        missing = [k for k in ("type", "run_id", "attempt", "seq", "step", "time", "data") if k not in d]
-        if missing:
-            raise ValueError(f"event: missing field(s) {', '.join(missing)}")
+        d = parse_event(d)
         return cls(type=d["type"], run_id=d["run_id"], attempt=int(d["attempt"]), seq=int(d["seq"]),
                    step=int(d["step"]), time=float(d["time"]), data=dict(d["data"]), v=int(d.get("v", 1)))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Event:
         return cls.from_dict(json.loads(text))
+
+
+class EventError(ValueError):
+    """A telemetry event that does not follow the contract; the message names the field."""
+
+
+REQUIRED_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "type": str, "run_id": (str, int), "attempt": int, "seq": int, "step": int, "time": (int, float), "data": dict,
+}
+
+
+def parse_event(raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+    """Decode and check one event against the contract (v1): the one parser of producers and ingest."""
+    if isinstance(raw, str | bytes):
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EventError(f"event is not valid JSON: {exc}") from exc
+    else:
+        event = dict(raw)
+    if not isinstance(event, dict):
+        raise EventError(f"event must be a JSON object, got {type(event).__name__}")
+    for name, kind in REQUIRED_FIELDS.items():
+        if name not in event:
+            raise EventError(f"event field {name!r} is missing (required: {', '.join(REQUIRED_FIELDS)})")
+        if not isinstance(event[name], kind) or isinstance(event[name], bool):
+            raise EventError(f"event field {name!r} has type {type(event[name]).__name__}; expected {kind}")
+    if event["type"] not in EVENT_TYPES:
+        raise EventError(f"event field 'type' is {event['type']!r}; valid types: {', '.join(EVENT_TYPES)}")
+    return event
 
 
 def _finite(obj: Any) -> Any:

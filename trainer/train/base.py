@@ -8,7 +8,6 @@ it micro-batches and a loss function; the strategy does backward, clipping and t
 from __future__ import annotations
 
 import math
-import random
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -164,29 +162,6 @@ def check_loss_metrics(metrics: Mapping[str, float]) -> None:
             f"loss_fn returned metric(s) {clash} that the strategy itself reports "
             f"({', '.join(RESERVED_METRICS)}); rename them (e.g. 'pg_loss')"
         )
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's RNG state (torch, CUDA, numpy, python), saveable with weights_only loading."""
-    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": (np_kind, torch.from_numpy(np_keys.astype(np.int64)), np_pos, np_has_gauss, np_gauss),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np_kind, np_keys, np_pos, np_has_gauss, np_gauss = state["numpy"]
-    np.random.set_state((np_kind, np_keys.numpy().astype(np.uint32), np_pos, np_has_gauss, np_gauss))
-    version, internal, gauss_next = state["python"]
-    random.setstate((version, tuple(internal), gauss_next))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def accumulate_gradients(

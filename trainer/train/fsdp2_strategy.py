@@ -34,6 +34,7 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
+from trainer.checkpoint.core import get_rng_state, set_rng_state
 from trainer.train.base import (
     LossFn,
     OptimConfig,
@@ -43,8 +44,6 @@ from trainer.train.base import (
     clip_grad_norm,
     eval_mode,
     optimizer_step,
-    rng_state,
-    set_rng_state,
 )
 
 T = TypeVar("T")
@@ -137,7 +136,7 @@ class FSDP2Strategy:
         dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=path / "dcp")
         if self.rank == 0:
             torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
-        torch.save(rng_state(), path / f"rng_rank{self.rank}.pt")
+        torch.save(get_rng_state(), path / f"rng_rank{self.rank}.pt")
         dist.barrier()
 
     def load_checkpoint(self, path: Path) -> None:

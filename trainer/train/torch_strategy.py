@@ -10,6 +10,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
+from trainer.checkpoint.core import get_rng_state, set_rng_state
 from trainer.train.base import (
     LossFn,
     OptimConfig,
@@ -19,8 +20,6 @@ from trainer.train.base import (
     clip_grad_norm,
     eval_mode,
     optimizer_step,
-    rng_state,
-    set_rng_state,
 )
 
 T = TypeVar("T")
@@ -57,7 +56,7 @@ class TorchStrategy:
         torch.save(self.model.state_dict(), path / "model.pt")
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
-        torch.save(rng_state(), path / "rng_rank0.pt")
+        torch.save(get_rng_state(), path / "rng_rank0.pt")
 
     def load_checkpoint(self, path: Path) -> None:
         path = Path(path)

@@ -1,6 +1,8 @@
 // Metric charts shared by the run dashboard and the compare page: a point store keyed by step
 // (a resumed attempt that re-logs a step replaces the point), EMA smoothing, throttled plotly redraws.
 
+import { PLOTLY_CONFIG } from "./plotly_config.js";
+
 export const PREFIX_ORDER = ["reward", "eval", "actor", "critic", "timing", "system"];
 
 export function groupOf(key) {
@@ -143,7 +145,7 @@ export class ChartBoard {
       xaxis: { title: { text: this.axis }, type: this.axis === "time" ? "date" : "linear" },
       uirevision: `${key}-${this.axis}`,
     };
-    window.Plotly.react(div, traces, layout, { displaylogo: false, responsive: true });
+    window.Plotly.react(div, traces, layout, PLOTLY_CONFIG);
   }
 }
 

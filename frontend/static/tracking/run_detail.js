@@ -41,8 +41,7 @@ function showStatus(run) {
 }
 
 function statusFromEvent(e) {
-  const states = { starting: "running", running: "running", succeeded: "succeeded", failed: "failed", cancelled: "cancelled" };
-  return { status: states[e.data.state] || e.data.state, step: e.data.step, total_steps: e.data.total_steps, eta_s: e.data.eta_s, message: e.data.message };
+  return { status: e.data.status, step: e.data.step, total_steps: e.data.total_steps, eta_s: e.data.eta_s, message: e.data.message };
 }
 
 function addPoints(store, chartBoard, e) {

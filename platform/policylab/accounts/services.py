@@ -7,9 +7,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
 from django.utils import timezone
-from django.utils.text import slugify
 
 from policylab.accounts.models import ApiToken, Membership, Role, Team
 
@@ -25,13 +23,6 @@ def hash_token(token: str) -> str:
 class IssuedToken:
     token: ApiToken
     secret: str  # shown once, never stored
-
-
-def create_team(name: str, *, admin: AbstractBaseUser, slug: str | None = None) -> Team:
-    with transaction.atomic():
-        team = Team.objects.create(name=name, slug=slug or slugify(name))
-        Membership.objects.create(user=admin, team=team, role=Role.ADMIN)
-    return team
 
 
 def add_member(team: Team, user: AbstractBaseUser, role: str = Role.MEMBER) -> Membership:

@@ -1,4 +1,7 @@
-"""One error shape for every 4xx of the API: {"errors": [{"field", "message"}], "warnings": [...]}."""
+"""One error shape for every error of the API: {"errors": [{"field", "message"}], "warnings": [...]}.
+
+Errors raised outside DRF's views (unknown URLs, bodies over the size limit, 500s) get the same
+shape from policylab.middleware.ApiErrorBodyMiddleware."""
 
 from __future__ import annotations
 
@@ -10,6 +13,11 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from policylab.experiments.services import RunStateError, ValidationFailed
+
+
+def error_body(message: str, field: str = "") -> dict[str, Any]:
+    """The API's error shape for one message (also used for errors raised outside DRF's views)."""
+    return {"errors": [{"field": field, "message": message}], "warnings": []}
 
 
 def issue_dicts(issues) -> list[dict[str, str]]:

@@ -16,12 +16,16 @@ from policylab.api import serializers as s
 from policylab.experiments import selectors, services
 from policylab.experiments.config_editor import validation_payload
 from policylab.experiments.models import RunStatus
+from policylab.ids import MAX_ID, parse_id
 from trainer.config import config_json_schema
 
 BAD_REQUEST = OpenApiResponse(s.ErrorSerializer, description="Invalid input; nothing was saved")
 NOT_FOUND = OpenApiResponse(s.ErrorSerializer, description="No such object in your teams")
 FORBIDDEN = OpenApiResponse(s.ErrorSerializer, description="Your role in the team is read-only")
 CONFLICT = OpenApiResponse(s.ErrorSerializer, description="The run's state does not allow this")
+
+
+ID_SCHEMA = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
 
 
 def invalid(field: str, message: str) -> services.ValidationFailed:
@@ -42,18 +46,20 @@ class ProjectList(generics.ListCreateAPIView):
 
 
 def int_param(request, name: str) -> int | None:
+    """An id from the query string; anything else (past 64 bits included) is a 400 naming `name`."""
     value = request.query_params.get(name)
     if value in (None, ""):
         return None
-    if not value.isdigit():
-        raise invalid(name, f"expected an id, got {value!r}")
-    return int(value)
+    parsed = parse_id(value)
+    if parsed is None:
+        raise invalid(name, f"expected an id (a whole number from 0 to {MAX_ID}), got {value[:40]!r}")
+    return parsed
 
 
 @extend_schema_view(
     get=extend_schema(
         parameters=[
-            OpenApiParameter("project", int, description="Only experiments of this project"),
+            OpenApiParameter("project", ID_SCHEMA, description="Only experiments of this project"),
             OpenApiParameter("tag", str, description="Only experiments carrying this tag"),
         ]
     )
@@ -129,7 +135,7 @@ class ExperimentRuns(generics.ListAPIView):
 @extend_schema_view(
     get=extend_schema(
         parameters=[
-            OpenApiParameter("experiment", int, description="Only runs of this experiment"),
+            OpenApiParameter("experiment", ID_SCHEMA, description="Only runs of this experiment"),
             OpenApiParameter("status", str, enum=list(RunStatus.values), description="Only runs in this status"),
         ]
     )
@@ -209,7 +215,14 @@ class ConfigSchema(APIView):
 class ConfigValidate(APIView):
     @extend_schema(
         request=s.ConfigValidateSerializer,
-        responses={200: s.ConfigValidationSerializer, 400: s.ConfigValidationSerializer},
+        responses={
+            200: s.ConfigValidationSerializer,
+            400: OpenApiResponse(
+                s.ErrorSerializer,
+                description="An invalid config: the whole validation result (the 200 shape, ok=false), whose "
+                "errors and warnings are this shape's; a malformed request: errors and warnings only",
+            ),
+        },
         description="Validate a config without saving it: errors by field, warnings, derived values "
         "(global batch, optimizer steps per rollout, dp sizes), the detected source format and native YAML.",
     )

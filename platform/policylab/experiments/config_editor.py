@@ -18,10 +18,31 @@ from typing import Any
 
 import yaml
 
-from trainer.config import ConfigIssue, config_json_schema, config_to_yaml, load_raw, validate_config
+from policylab.experiments.services import validate_on_platform
+from trainer.config import ConfigError, ConfigIssue, config_json_schema, config_to_yaml, load_raw
+from trainer.config.bounds import check_tree, check_yaml_text
 
 INCLUDE_PREFIX = "__include__."  # checkbox that keeps an optional section in the config
 MISSING = object()
+_EVENT_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # only streams events: no recursion
+
+
+def dump_yaml(value: Any, **options: Any) -> str | None:
+    """`value` as YAML text, or None when it is too deep or too large to show: yaml.safe_dump
+    recurses once per level (900 nested lists raised RecursionError, a 500). Values that pass
+    validation are always within these bounds; this guards the raw values shown after a failure."""
+    try:
+        check_tree(value, "value")
+    except ConfigError:
+        return None
+    return yaml.safe_dump(value, **options)
+
+
+def load_field_yaml(text: str) -> Any:
+    """A form input's YAML, held to the same limits as a whole config before it is composed
+    (PyYAML's composer recurses once per level; libyaml's segfaults on deep nesting)."""
+    check_yaml_text(text, "value", _EVENT_LOADER)
+    return yaml.safe_load(text)
 
 
 @lru_cache(maxsize=1)
@@ -84,7 +105,7 @@ class FormField:
         if self.value is None:
             return ""
         if self.kind == "yaml":
-            text = yaml.safe_dump(self.value, default_flow_style=True, width=10_000)
+            text = dump_yaml(self.value, default_flow_style=True, width=10_000) or ""
             return text.removesuffix("...\n").strip()  # a bare scalar gets an end-of-document marker
         if self.kind == "select":
             return json.dumps(self.value)
@@ -251,7 +272,7 @@ def parse_value(kind: str, text: str, nullable: bool, path: str) -> Any:
     if kind == "select":
         return json.loads(text)
     if kind == "yaml":
-        return yaml.safe_load(text)
+        return load_field_yaml(text)
     if kind == "text" and text == "" and nullable:
         return None
     return text
@@ -289,6 +310,8 @@ def parse_section(node: Mapping[str, Any], path: str, post: Mapping[str, Any], p
             continue  # not in the form, or a blank collection/union: the schema default applies
         try:
             out[name] = parse_value(kind, str(post[child_path]), nullable, child_path)
+        except ConfigError as exc:  # past a size, depth or alias limit
+            problems += [ConfigIssue(path=child_path, message=i.message) for i in exc.issues]
         except (ValueError, yaml.YAMLError) as exc:
             detail = "a value is required" if str(exc) == "a value is required" else f"expected {KIND_WORDS.get(kind, kind)}"
             problems.append(ConfigIssue(path=child_path, message=f"{detail}, got {post[child_path]!r}"))
@@ -317,13 +340,13 @@ def validation_payload(
     source: str | Mapping[str, Any], overrides: Sequence[str] = (), source_format: str = "auto"
 ) -> dict[str, Any]:
     """Everything the editor and POST /api/configs/validate/ show about a config."""
-    result = validate_config(source, overrides=list(overrides), source_format=source_format)
+    result = validate_on_platform(source, overrides, source_format)
     if result.config is not None:
         config = result.config.model_dump(mode="json")
         text = config_to_yaml(result.config)
     else:
         config = None
-        text = source if isinstance(source, str) else yaml.safe_dump(dict(source), sort_keys=False)
+        text = source if isinstance(source, str) else dump_yaml(dict(source), sort_keys=False) or ""
     return {
         "ok": result.ok,
         "errors": [{"field": i.path, "message": i.message} for i in result.errors],

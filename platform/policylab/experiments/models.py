@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 
 from policylab.accounts.models import Team
+from policylab.experiments import statuses
 
 
 class Project(models.Model):
@@ -65,16 +66,12 @@ class Experiment(models.Model):
 
 
 class RunStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    SUBMITTING = "submitting", "Submitting"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-
-
-ACTIVE_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.SUBMITTING, RunStatus.RUNNING})
-TERMINAL_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+    QUEUED = statuses.QUEUED, "Queued"
+    SUBMITTING = statuses.SUBMITTING, "Submitting"
+    RUNNING = statuses.RUNNING, "Running"
+    SUCCEEDED = statuses.SUCCEEDED, "Succeeded"
+    FAILED = statuses.FAILED, "Failed"
+    CANCELLED = statuses.CANCELLED, "Cancelled"
 
 
 def default_max_retries() -> int:
@@ -123,11 +120,11 @@ class Run(models.Model):
 
     @property
     def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
+        return self.status in statuses.ACTIVE
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
+        return self.status in statuses.TERMINAL
 
 
 class RunAttempt(models.Model):

@@ -10,13 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from policylab.accounts.scoping import require_write
 from policylab.experiments.models import Experiment, Project, Run, RunStatus
 from trainer.config import ConfigIssue, ValidationResult, config_to_yaml, validate_config
+from trainer.config.confinement import PathPolicy, check_confinement
 
 RESUMABLE_STATUSES = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SUCCEEDED})
 LATEST = "latest"
@@ -46,11 +49,29 @@ def issue(path: str, message: str) -> ConfigIssue:
     return ConfigIssue(path=path, message=message, severity="error")
 
 
+def path_policy(run_dir: Path | None = None) -> PathPolicy:
+    """The files runs may touch in this deployment (settings.POLICYLAB_READ_ROOTS and the run dir)."""
+    return PathPolicy(
+        tuple(settings.POLICYLAB_READ_ROOTS), settings.POLICYLAB_TRAINER_WORKDIR, str(run_dir) if run_dir else None
+    )
+
+
+def validate_on_platform(
+    source: str | Mapping[str, Any], overrides: Sequence[str] = (), source_format: str = "auto"
+) -> ValidationResult:
+    """validate_config (YAML text or a mapping, never a file; `${oc.env:…}` kept as written), plus
+    the platform's own rule: every path a run would read or write is confined by path_policy()."""
+    result = validate_config(source, overrides=list(overrides), source_format=source_format)
+    if result.config is not None:
+        result.errors += check_confinement(result.config, path_policy())
+    return result
+
+
 def check_config(
     source: str | Mapping[str, Any], overrides: Sequence[str] = (), source_format: str = "auto"
 ) -> ValidationResult:
-    """Validate `source`; raise ValidationFailed when it has errors."""
-    result = validate_config(source, overrides=list(overrides), source_format=source_format)
+    """Validate `source` for the platform; raise ValidationFailed when it has errors."""
+    result = validate_on_platform(source, overrides, source_format)
     if not result.ok or result.config is None:
         raise ValidationFailed(result.errors, result.warnings)
     return result

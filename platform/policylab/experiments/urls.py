@@ -13,7 +13,6 @@ urlpatterns = [
     path("experiments/<int:pk>/", views.experiment_detail, name="experiment_detail"),
     path("experiments/<int:pk>/launch/", views.experiment_launch, name="experiment_launch"),
     # /runs/<pk>/ is the tracking app's live dashboard; these are the simple page and the actions.
-    path("runs/<int:pk>/status/", views.run_status, name="run_status"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
     path("runs/<int:pk>/resume/", views.run_resume, name="run_resume"),
     path("runs/<int:pk>/fork/", views.run_fork, name="run_fork"),

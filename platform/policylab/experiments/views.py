@@ -203,30 +203,6 @@ def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def run_status(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_object_or_404(selectors.runs_for(request.user), pk=pk)
-    if request.headers.get("Accept") == "application/json":
-        return JsonResponse(run_status_payload(run))
-    return render(
-        request,
-        "experiments/run_status.html",
-        {"run": run, "can_write": can_write(request.user, run.experiment.project.team)},
-    )
-
-
-def run_status_payload(run: Run) -> dict[str, Any]:
-    return {
-        "id": run.pk,
-        "status": run.status,
-        "current_step": run.current_step,
-        "total_steps": run.total_steps,
-        "eta_seconds": run.eta_seconds,
-        "message": run.message,
-        "cancel_requested": run.cancel_requested,
-    }
-
-
-@login_required
 @require_POST
 def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_object_or_404(selectors.runs_for(request.user), pk=pk)

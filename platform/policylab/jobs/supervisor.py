@@ -12,6 +12,7 @@ RunAttempt), through queryset updates, so they never overwrite the progress fiel
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -23,18 +24,16 @@ from django.db import DatabaseError, close_old_connections, transaction
 from django.utils import timezone
 
 from policylab.experiments.models import Run, RunAttempt
+from policylab.experiments.services import path_policy
+from policylab.experiments.statuses import CANCELLED, QUEUED, SUBMITTING, TERMINAL
 from policylab.jobs import ray_jobs
 from policylab.jobs.locks import LockLost, SupervisorLock, connection
 from policylab.jobs.models import AttemptLaunch
 from policylab.jobs.ray_jobs import RayUnavailable
 from policylab.jobs.transitions import (
-    CANCELLED,
     FAILED,
-    QUEUED,
     STATUS_FAILED,
     STATUS_RUNNING,
-    SUBMITTING,
-    TERMINAL,
     Step,
     next_step,
     resume_for_attempt,
@@ -43,6 +42,8 @@ from policylab.jobs.transitions import (
 )
 from policylab.tracking.models import LogLine
 from trainer.config import ConfigError, load_raw, validate_config
+from trainer.config.confinement import READ_ROOTS_VAR, check_confinement, rebase_paths
+from trainer.config.loading import ENV_ALLOW_VAR
 from trainer.telemetry.redis_stream import stream_key
 
 log = logging.getLogger(__name__)
@@ -89,13 +90,17 @@ def run_config(run: Run, resume_from_checkpoint: bool | str) -> dict[str, Any]:
 
 
 def checked_run_config(run: Run, resume_from_checkpoint: bool | str) -> dict[str, Any]:
-    """The attempt's config, validated exactly as the trainer will. Raises ConfigError (every
-    issue, by field path) instead of submitting a job that would exit 2."""
+    """The attempt's config, validated exactly as the trainer will and confined to the run's files
+    (relative paths made absolute). Raises ConfigError (every issue, by field path) instead of
+    submitting a job that would exit 2."""
     config = run_config(run, resume_from_checkpoint)
     result = validate_config(config)
+    policy = path_policy(run.run_dir)
+    if result.ok:
+        result.errors += check_confinement(result.config, policy)
     if not result.ok:
         raise ConfigError(result.errors)
-    return config
+    return rebase_paths(config, result.config, policy)
 
 
 def write_run_config(run: Run, resume_from_checkpoint: bool | str) -> Path:
@@ -115,7 +120,12 @@ def write_config(run: Run, config: dict[str, Any]) -> Path:
 def runtime_env() -> dict[str, Any]:
     """Ray runtime_env of the trainer job. On the embedded cluster the repo is on the same disk, so
     PYTHONPATH points at it instead of uploading a working_dir."""
-    env_vars = {"TOKENIZERS_PARALLELISM": "false"}
+    env_vars = {
+        "TOKENIZERS_PARALLELISM": "false",
+        # the trainer checks the config's paths again once `${oc.env:…}` is substituted
+        READ_ROOTS_VAR: os.pathsep.join(settings.POLICYLAB_READ_ROOTS),
+        ENV_ALLOW_VAR: settings.POLICYLAB_CONFIG_ENV_ALLOW,
+    }
     if settings.POLICYLAB_TRAINER_PYTHONPATH:
         env_vars["PYTHONPATH"] = str(settings.POLICYLAB_TRAINER_PYTHONPATH)
     return {"env_vars": env_vars}

@@ -11,10 +11,10 @@ from django.db.models import Q
 
 from policylab.celery import app
 from policylab.experiments.models import Run, RunAttempt
+from policylab.experiments.statuses import ACTIVE
 from policylab.jobs import locks, ray_jobs
 from policylab.jobs.ray_jobs import RayUnavailable
 from policylab.jobs.supervisor import supervise
-from policylab.jobs.transitions import ACTIVE
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The supervisor's decisions as pure functions: Ray job state in, what to do and which statuses out.
 
-No Django, no Celery, no Ray here, so every rule is testable on its own. The supervisor
+No Django, no Celery, no Ray here (statuses is plain Python), so every rule is testable on its own. The supervisor
 (`policylab.jobs.supervisor`) polls Ray, calls `next_step`, and applies the returned `Step`.
 """
 
@@ -10,17 +10,17 @@ import shlex
 from dataclasses import dataclass
 from typing import Literal
 
+from policylab.experiments import statuses
+from policylab.experiments.statuses import CANCELLED, SUBMITTING
+
 # Ray job states (ray.job_submission.JobStatus values), plus MISSING: Ray has no job under the
 # submission id although we submitted one (the cluster was restarted, or the job was deleted).
 PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED = "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"
 MISSING = "MISSING"
 RAY_TERMINAL = frozenset({SUCCEEDED, FAILED, STOPPED, MISSING})
 
-# Run / RunAttempt statuses (experiments.models.RunStatus values).
-QUEUED, SUBMITTING, STATUS_RUNNING = "queued", "submitting", "running"
-STATUS_SUCCEEDED, STATUS_FAILED, CANCELLED = "succeeded", "failed", "cancelled"
-TERMINAL = frozenset({STATUS_SUCCEEDED, STATUS_FAILED, CANCELLED})
-ACTIVE = frozenset({QUEUED, SUBMITTING, STATUS_RUNNING})
+# Run / RunAttempt statuses, named apart from Ray's job states above.
+STATUS_RUNNING, STATUS_SUCCEEDED, STATUS_FAILED = statuses.RUNNING, statuses.SUCCEEDED, statuses.FAILED
 
 # `python -m trainer run` exit code for an invalid config or arguments: retrying cannot help.
 TRAINER_CONFIG_ERROR_EXIT = 2

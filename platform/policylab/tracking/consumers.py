@@ -8,11 +8,23 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from policylab.ids import parse_id
 from policylab.tracking.ingest import chunk_events, group_name
 from policylab.tracking.selectors import events_after, run_for_user, run_snapshot
 
 CLOSE_NOT_FOUND = 4404
 FRAME_BYTES = 300_000  # rough JSON size of one series frame
+
+
+def parse_after_seq(text: str | None) -> int | None:
+    """`?after_seq=N` (-1: nothing seen yet); anything else, a number past 64 bits included, gets
+    a snapshot (int() of a 5,000-digit string raises; "²".isdigit() is True)."""
+    if text is None:
+        return None
+    value = parse_id(text.removeprefix("-"))
+    if value is None:
+        return None
+    return -value if text.startswith("-") else value
 
 
 def initial_messages(user: Any, run_id: int, after_seq: int | None) -> list[dict[str, Any]] | None:
@@ -63,7 +75,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.sent_seq = None
         after = parse_qs(self.scope.get("query_string", b"").decode()).get("after_seq", [None])[0]
-        after_seq = int(after) if after is not None and after.lstrip("-").isdigit() else None
+        after_seq = parse_after_seq(after)
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_NOT_FOUND)

@@ -10,7 +10,6 @@ replay of old events never rolls a newer value back.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import defaultdict
@@ -26,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from policylab.experiments import statuses
 from policylab.experiments.models import Run, RunStatus
 from policylab.tracking.models import (
     Checkpoint,
@@ -35,20 +35,10 @@ from policylab.tracking.models import (
     RolloutSample,
     SystemPoint,
 )
+from trainer.telemetry.events import EventError, parse_event
 
 log = logging.getLogger(__name__)
 
-EVENT_TYPES = ("status", "metrics", "rollouts", "checkpoint", "log", "system")
-REQUIRED_FIELDS = {"type": str, "run_id": (str, int), "attempt": int, "seq": int, "step": int, "time": (int, float)}
-# Trainer states (telemetry) → Run.status.
-STATE_TO_STATUS = {
-    "starting": RunStatus.RUNNING,
-    "running": RunStatus.RUNNING,
-    "succeeded": RunStatus.SUCCEEDED,
-    "failed": RunStatus.FAILED,
-    "cancelled": RunStatus.CANCELLED,
-}
-TERMINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 # Live websocket messages carry at most LIVE_SAMPLES rollouts per event, without token arrays and
 # with texts cut to LIVE_TEXT_LIMIT; the rollout inspector reads the full samples through the API.
 LIVE_TEXT_LIMIT = 1000
@@ -56,36 +46,9 @@ LIVE_SAMPLES = 64
 MESSAGE_VALUES = 5000
 
 
-class EventError(ValueError):
-    """A telemetry event that does not follow the contract; the message names the field."""
-
-
 def group_name(run_id: int) -> str:
     """The Channels group of a run's browsers."""
     return f"run-{run_id}"
-
-
-def parse_event(raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
-    """Decode and check one event against the telemetry contract (v1)."""
-    if isinstance(raw, str | bytes):
-        try:
-            event = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise EventError(f"event is not valid JSON: {exc}") from exc
-    else:
-        event = dict(raw)
-    if not isinstance(event, dict):
-        raise EventError(f"event must be a JSON object, got {type(event).__name__}")
-    for name, kind in REQUIRED_FIELDS.items():
-        if name not in event:
-            raise EventError(f"event field {name!r} is missing (required: {', '.join(REQUIRED_FIELDS)})")
-        if not isinstance(event[name], kind) or isinstance(event[name], bool):
-            raise EventError(f"event field {name!r} has type {type(event[name]).__name__}; expected {kind}")
-    if event["type"] not in EVENT_TYPES:
-        raise EventError(f"event field 'type' is {event['type']!r}; valid types: {', '.join(EVENT_TYPES)}")
-    if not isinstance(event.get("data"), dict):
-        raise EventError("event field 'data' must be an object")
-    return event
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -294,7 +257,7 @@ def status_event_may_set(run: Run, status: str, attempt: int) -> bool:
     latest_attempt = run.attempts.aggregate(latest=Max("number"))["latest"] or 0
     if attempt < latest_attempt or run.status == RunStatus.CANCELLED:
         return False
-    return not (run.status in TERMINAL_STATUSES and status == RunStatus.RUNNING)
+    return not (run.status in statuses.TERMINAL and status == statuses.RUNNING)
 
 
 def apply_status(run_id: int, event: dict[str, Any]) -> None:
@@ -307,7 +270,7 @@ def apply_status(run_id: int, event: dict[str, Any]) -> None:
         changes["eta_seconds"] = finite_or_none(data["eta_s"])
     if data.get("message"):
         changes["message"] = str(data["message"])
-    status = STATE_TO_STATUS.get(str(data.get("state", "")))
+    status = statuses.FROM_TRAINER_STATE.get(str(data.get("state", "")))
     run = Run.objects.only("status", "started_at", "finished_at").get(pk=run_id)
     if status is not None and not status_event_may_set(run, status, int(event["attempt"])):
         status = None
@@ -340,6 +303,8 @@ def live_event(event: dict[str, Any]) -> dict[str, Any]:
         }
     elif event["type"] in ("metrics", "system"):
         data = {"values": {k: finite_or_none(v) for k, v in (data.get("values") or {}).items()}}
+    elif event["type"] == "status":  # browsers show the run status, not the trainer's state name
+        data = {**data, "status": statuses.FROM_TRAINER_STATE.get(str(data.get("state")), data.get("state"))}
     slim["data"] = data
     return slim
 

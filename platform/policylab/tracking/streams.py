@@ -20,7 +20,8 @@ from typing import Any
 import redis
 from django.db import DatabaseError, close_old_connections
 
-from policylab.tracking.ingest import EventError, ingest_events, parse_event
+from policylab.tracking.ingest import ingest_events
+from trainer.telemetry.events import EventError, parse_event
 from trainer.telemetry.redis_stream import stream_key
 
 log = logging.getLogger(__name__)

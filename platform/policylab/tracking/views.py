@@ -11,6 +11,7 @@ from django.shortcuts import render
 from policylab.accounts.scoping import can_write
 from policylab.experiments.models import RunStatus
 from policylab.experiments.selectors import runs_for
+from policylab.ids import parse_id
 from policylab.tracking import selectors
 from policylab.tracking.compare import config_diff, effective_config
 
@@ -67,7 +68,7 @@ def history(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def compare(request: HttpRequest) -> HttpResponse:
-    ids = [int(part) for part in request.GET.get("runs", "").split(",") if part.strip().isdigit()][:MAX_COMPARED]
+    ids = [i for i in map(parse_id, request.GET.get("runs", "").split(",")) if i is not None][:MAX_COMPARED]
     runs = list(runs_for(request.user).filter(pk__in=ids).select_related("experiment"))
     runs.sort(key=lambda r: ids.index(r.pk))
     configs = [effective_config(r.experiment.config, r.overrides) for r in runs]

@@ -83,7 +83,7 @@ def test_editor_shows_errors_inline_and_saves_nothing(browser, project):
 
 
 VERL = {
-    "data": {"train_batch_size": 8, "max_prompt_length": 64, "max_response_length": 32, "train_files": "t.parquet"},
+    "data": {"train_batch_size": 8, "max_prompt_length": 64, "max_response_length": 32, "train_files": "examples/data/t.parquet"},
     "algorithm": {"adv_estimator": "grpo"},
     "actor_rollout_ref": {
         "model": {"path": "/models/m"},
@@ -129,7 +129,7 @@ def test_experiment_page_launches_a_run(browser, alice, team_a, make_experiment,
     run = Run.objects.get(experiment=experiment)
     assert response.status_code == 302 and response["Location"].rstrip("/").endswith(str(run.pk))
     assert run.overrides == ["max_steps=3"] and len(callbacks) == 1
-    status = browser.get(f"/runs/{run.pk}/status/", HTTP_ACCEPT="application/json").json()
+    status = browser.get(f"/api/runs/{run.pk}/").json()
     assert status["status"] == "queued"
 
 

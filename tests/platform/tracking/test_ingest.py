@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from policylab.experiments.models import RunStatus
-from policylab.tracking.ingest import EventError, ingest_events, parse_event
+from policylab.tracking.ingest import ingest_events
 from policylab.tracking.models import (
     Checkpoint,
     IngestCursor,
@@ -21,6 +21,7 @@ from policylab.tracking.models import (
 )
 from policylab.tracking.streams import GROUP, StreamIngestor, stream_name
 from tests.platform.tracking.conftest import event
+from trainer.telemetry.events import EventError, parse_event
 
 pytestmark = pytest.mark.django_db
 

@@ -25,7 +25,7 @@ BASE: dict[str, Any] = {
     "actor_train": {
         "model_args": {"model_name_or_path": "/models/tiny"},
         "training_args": {"learning_rate": 1e-6, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4},
-        "data_args": {"file_name": "train.jsonl", "prompt": "prompt"},
+        "data_args": {"file_name": "examples/data/train.jsonl", "prompt": "prompt"},
         "strategy_args": {"strategy_name": "fsdp2_train"},
         "device_mapping": [0],
     },

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from config_testing import changed
 
+from trainer.cli import run_schema, run_validate
 from trainer.config import PipelineConfig, load_config
-from trainer.config.commands import run_schema, run_validate
 from trainer.config.export import config_markdown
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,17 +14,20 @@ from trainer.config.device_mapping import DeviceMappingError, parse_device_mappi
 
 def test_interpolation_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POLICYLAB_TEST_DIR", "/data/runs")
-    raw = load_raw(
-        """
+    text = """
 response_length: 512
 output_dir: ${oc.env:POLICYLAB_TEST_DIR}/exp
 actor_infer:
   generating_args:
     max_new_tokens: ${response_length}
 """
-    )
-    assert raw["output_dir"] == "/data/runs/exp"
-    assert raw["actor_infer"]["generating_args"]["max_new_tokens"] == 512
+    trainer_side = load_raw(text, env={"POLICYLAB_TEST_DIR": "/data/runs"})
+    assert trainer_side["output_dir"] == "/data/runs/exp"
+    assert trainer_side["actor_infer"]["generating_args"]["max_new_tokens"] == 512
+    web_side = load_raw(text)  # no env: the reference is kept for the trainer, never read here
+    assert web_side["output_dir"] == "${oc.env:POLICYLAB_TEST_DIR}/exp"
+    assert web_side["actor_infer"]["generating_args"]["max_new_tokens"] == 512
+    assert load_raw(web_side, env={"POLICYLAB_TEST_DIR": "/x"})["output_dir"] == "/x/exp"
 
 
 def test_rlinf_resolvers() -> None:
@@ -183,9 +186,19 @@ def test_yaml_syntax_error_and_non_mapping() -> None:
 
 
 def test_missing_file() -> None:
-    result = validate_config("/nonexistent/config.yaml")
+    result = validate_config(Path("/nonexistent/config.yaml"))
     assert not result.ok
     assert "not found" in result.errors[0].message
+
+
+def test_a_string_is_never_opened_as_a_file(tmp_path: Path) -> None:
+    """Web and API input is text: naming a readable file must not read it nor tell that it exists."""
+    secret = tmp_path / "config.yaml"
+    secret.write_text("exp_name: other-teams-run\nseed: 7\n")
+    present, absent = validate_config(str(secret)), validate_config(str(tmp_path / "missing.yaml"))
+    assert not present.ok and "other-teams-run" not in str(present.issues)
+    assert [i.message for i in present.errors] == [i.message.replace("missing.yaml", "config.yaml") for i in absent.errors]
+    assert "YAML text" in present.errors[0].message
 
 
 def test_validate_config_routes_through_the_importers() -> None:

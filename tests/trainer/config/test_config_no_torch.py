@@ -20,7 +20,8 @@ import trainer.config
 from trainer.config import validate_config, config_json_schema, config_to_yaml
 from trainer.cli import main
 from trainer.config.export import config_markdown
-result = validate_config('examples/grpo_gpu.yaml')
+from pathlib import Path
+result = validate_config(Path('examples/grpo_gpu.yaml'))
 assert result.ok, result.errors
 config_json_schema(); config_markdown(); config_to_yaml(result.config)
 rc = main(['validate', 'examples/ppo_gpu.yaml'])

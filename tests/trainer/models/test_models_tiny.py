@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from trainer.cli import SIZE_CHOICES
 from trainer.cli import main as trainer_main
-from trainer.models.cli import SIZE_CHOICES
 from trainer.models.loading import load_model, load_tokenizer, resolve_dtype
 from trainer.models.tiny import SIZES, build_tiny_model
 

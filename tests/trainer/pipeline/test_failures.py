@@ -26,12 +26,15 @@ def test_config_error_exits_2_with_field_and_failed_event(tmp_path: Path) -> Non
 
 
 def test_failure_during_setup_exits_1_with_failed_event(tmp_path: Path) -> None:
-    """A valid config whose data file is missing fails at run time: exit 1, message, failed event."""
+    """A valid config whose data file exists (preflight passes) but holds no rows fails at run time:
+    exit 1, message, failed event. (A missing file is a preflight failure: exit 2, tests/trainer/config.)"""
+    data = tmp_path / "prompts.csv"
+    data.write_text("")
     result = cli(["run", str(DEMO_GRPO), *FAST, f"output_dir={tmp_path}", "~actor_train.data_args.synthetic",
-                  "actor_train.data_args.file_name=/nonexistent/prompts.jsonl", "--workers", "local"],
+                  f"actor_train.data_args.file_name={data}", "--workers", "local"],
                  env={"POLICYLAB_RUN_ID": "missing-data", "POLICYLAB_ATTEMPT": "3"}, timeout=180)
     assert result.returncode == 1, result.stderr
-    assert "training failed" in result.stderr and "/nonexistent/prompts.jsonl" in result.stderr
+    assert "training failed" in result.stderr and "no usable prompts" in result.stderr
     status = events(tmp_path, "status")
     assert [e["data"]["state"] for e in status] == ["starting", "failed"]
     assert status[-1]["attempt"] == 3 and status[-1]["run_id"] == "missing-data"

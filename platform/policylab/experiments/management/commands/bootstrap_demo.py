@@ -11,7 +11,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from policylab.accounts.models import Membership, Role, Team
+from policylab.accounts.models import Role, Team
+from policylab.accounts.services import add_member
 from policylab.experiments import services
 from policylab.experiments.models import Experiment, Project
 
@@ -32,7 +33,7 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save()
         team, _ = Team.objects.get_or_create(slug="demo", defaults={"name": "Demo team"})
-        Membership.objects.update_or_create(user=user, team=team, defaults={"role": Role.ADMIN})
+        add_member(team, user, Role.ADMIN)
         project, _ = Project.objects.get_or_create(
             team=team, name="demo", defaults={"description": "GRPO on a tiny model and a synthetic task (CPU)."}
         )

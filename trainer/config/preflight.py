@@ -1,0 +1,125 @@
+"""Preflight: what a valid config needs from the machine it runs on, checked before any worker starts.
+
+Validation answers "is this config coherent?" anywhere (the web server has no torch). Preflight
+answers "can it run here?" on the cluster side: the packages its tracker, strategies and workers
+import, the GPUs a GPU-only strategy needs, and the model and data paths it reads. `trainer run`
+runs it first and exits 2 (a config error, never retried) with every finding;
+`python -m trainer validate CONFIG --preflight` prints the same findings without training.
+Nothing here imports a heavy package unless a check needs it (torch only to count GPUs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from trainer.config.confinement import GENERATED_SCHEMES, HUB_ID, path_fields
+from trainer.config.issues import ConfigIssue
+from trainer.config.schema import PipelineConfig
+from trainer.config.topology import roles, strategy_name
+
+STRATEGY_PACKAGES: dict[str, tuple[str, ...]] = {
+    "torch_train": ("torch",),
+    "fsdp2_train": ("torch",),
+    "hf_infer": ("torch", "transformers"),
+    "vllm": ("vllm",),
+    "sglang": ("sglang",),
+    "deepspeed_train": ("deepspeed",),
+    "deepspeed_infer": ("deepspeed",),
+    "megatron_train": ("megatron.core",),
+    "megatron_infer": ("megatron.core",),
+}
+TRACKER_PACKAGES: dict[str, str | None] = {
+    "tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab", "stdout": None, "none": None,
+}
+GPU_ONLY_STRATEGIES = frozenset({"megatron_train", "megatron_infer", "sglang"})
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package is missing
+        return False
+
+
+def check_packages(config: PipelineConfig, backend: str = "ray") -> list[ConfigIssue]:
+    issues = []
+    tracker = TRACKER_PACKAGES.get(config.track_with)
+    if tracker and not installed(tracker):
+        available = [name for name, module in TRACKER_PACKAGES.items() if module is None or installed(module)]
+        issues.append(ConfigIssue(
+            "track_with", f"{config.track_with}: package {tracker!r} is not installed here; available: {', '.join(available)}"
+        ))
+    for role, worker in roles(config).items():
+        name = strategy_name(role.split(".")[0], worker)
+        missing = [m for m in STRATEGY_PACKAGES.get(name, ()) if not installed(m)]
+        if missing:
+            issues.append(ConfigIssue(
+                f"{role}.strategy_args.strategy_name", f"{name}: package {missing[0]!r} is not installed here"
+            ))
+    if backend == "ray" and not installed("ray"):
+        issues.append(ConfigIssue("", "ray is not installed here; run with --workers local or install ray"))
+    return issues
+
+
+def cuda_device_count() -> int:
+    if not installed("torch"):
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_devices(config: PipelineConfig, gpus: int | None = None) -> list[ConfigIssue]:
+    """GPU-only strategies need CUDA devices for every id of their device_mapping on this node."""
+    needing = {role: worker for role, worker in roles(config).items()
+               if strategy_name(role.split(".")[0], worker) in GPU_ONLY_STRATEGIES}
+    if not needing:
+        return []
+    gpus = cuda_device_count() if gpus is None else gpus
+    issues = []
+    for role, worker in needing.items():
+        wanted = min(len(set(worker.device_mapping or [0])), config.num_gpus_per_node)
+        if gpus < wanted:
+            issues.append(ConfigIssue(
+                f"{role}.device_mapping",
+                f"{strategy_name(role.split('.')[0], worker)} needs {wanted} CUDA device(s) on a node; this machine has {gpus}",
+            ))
+    return issues
+
+
+def hf_cache_dir() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+
+
+def check_paths(config: PipelineConfig) -> list[ConfigIssue]:
+    """Every model and data path the run reads exists here (hub ids: in the local HF cache)."""
+    issues = []
+    for field, value, access in path_fields(config):
+        if access != "read" or value.startswith(GENERATED_SCHEMES) or field == "resume_from_checkpoint":
+            continue
+        path = Path(os.path.expanduser(value))
+        if field.endswith(("file_name", "eval_file_name")) or ".file_name." in field or ".eval_file_name." in field:
+            section = getattr(config, field.split(".")[0], None)
+            data_dir = getattr(getattr(section, "data_args", None), "dataset_dir", None)
+            if data_dir and not path.is_absolute():
+                path = Path(data_dir) / path
+        if path.exists():
+            continue
+        is_model = field.endswith("model_name_or_path") or field in ("pretrain", "reward_pretrain")
+        if is_model and HUB_ID.match(value):
+            cached = hf_cache_dir() / f"models--{value.replace('/', '--')}"
+            if cached.is_dir():
+                continue
+            issues.append(ConfigIssue(field, f"{value!r} is neither a folder here nor in the local HF cache ({cached.parent})"))
+            continue
+        issues.append(ConfigIssue(field, f"{value!r} does not exist on this machine"))
+    return issues
+
+
+def preflight(config: PipelineConfig, backend: str = "ray") -> list[ConfigIssue]:
+    """Every reason `config` cannot run on this machine (empty: it can)."""
+    return [*check_packages(config, backend), *check_devices(config), *check_paths(config)]

@@ -1,0 +1,140 @@
+"""The shape of a run, computed in one place (the role torchtitan's ParallelDims plays): which roles
+run, on which strategy, with how many workers, how much data parallelism, and how one rollout's
+samples become mini-batches and optimizer steps. Validation, derived values, Ray placement, the
+workers and the loop all read these numbers from here (torch-free).
+
+    samples per rollout   S = rollout_batch_size × num_return_sequences_in_group
+    data parallel size    dp = world / (TP × PP × CP) for Megatron, world / Ulysses for FSDP2, else world
+    global train batch    G = per_device_train_batch_size × gradient_accumulation_steps × dp
+    rows per mini-batch   per_device_train_batch_size × gradient_accumulation_steps (on each rank)
+    optimizer steps       (S // G) × ppo_epochs per rollout (validation requires S % G == 0)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.config.registries import INFER_STRATEGIES
+from trainer.config.schema import (
+    Fsdp2Config,
+    MegatronConfig,
+    PipelineConfig,
+    SglangConfig,
+    VllmConfig,
+    WorkerConfig,
+)
+
+TRAINING_ROLES = ("actor_train", "critic")
+
+
+def roles(config: PipelineConfig) -> dict[str, WorkerConfig]:
+    """Every configured worker section by its path (`rewards.<name>` for reward workers)."""
+    out: dict[str, WorkerConfig] = {"actor_train": config.actor_train, "actor_infer": config.actor_infer}
+    for name in ("reference", "critic", "validation"):
+        worker = getattr(config, name)
+        if worker is not None:
+            out[name] = worker
+    for name, reward in config.rewards.items():
+        out[f"rewards.{name}"] = reward
+    return out
+
+
+def strategy_name(role: str, worker: WorkerConfig) -> str:
+    if worker.strategy_args is not None:
+        return worker.strategy_args.strategy_name
+    return "torch_train" if role.split(".")[0] in TRAINING_ROLES else "hf_infer"
+
+
+def strategy_config(worker: WorkerConfig) -> Any:
+    return worker.strategy_args.strategy_config if worker.strategy_args is not None else None
+
+
+def devices_per_worker(role: str, worker: WorkerConfig) -> int:
+    """Devices driven by one worker: one inference engine's TP × PP; a training rank drives one."""
+    cfg = strategy_config(worker)
+    if isinstance(cfg, VllmConfig):
+        return cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+    if isinstance(cfg, SglangConfig):
+        return cfg.tp_size
+    if strategy_name(role, worker) in INFER_STRATEGIES:
+        return worker.num_gpus_per_worker
+    return 1
+
+
+def world_size(role: str, worker: WorkerConfig) -> int:
+    """Workers of the role: device_mapping / devices_per_worker, else world_size, else 1."""
+    if worker.device_mapping:
+        return max(1, len(worker.device_mapping) // devices_per_worker(role, worker))
+    return worker.world_size or 1
+
+
+def dp_size(role: str, worker: WorkerConfig, world: int | None = None) -> int:
+    """Data-parallel size of `world` ranks (default: the config's). Megatron: world / TP / PP / CP
+    (EP is not divided out); FSDP2: world / Ulysses sequence-parallel size; others: world."""
+    world = world_size(role, worker) if world is None else world
+    cfg = strategy_config(worker)
+    if isinstance(cfg, MegatronConfig):
+        model_parallel = cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size
+        return max(1, world // model_parallel)
+    if isinstance(cfg, Fsdp2Config):
+        return max(1, world // cfg.ulysses_sequence_parallel_size)
+    return world
+
+
+def num_nodes(config: PipelineConfig) -> int:
+    """num_nodes when set, else enough nodes of num_gpus_per_node for the highest device id (ROLL's rule)."""
+    if config.num_nodes is not None:
+        return config.num_nodes
+    devices = [d for worker in roles(config).values() for d in worker.device_mapping or []]
+    return max(devices, default=0) // config.num_gpus_per_node + 1
+
+
+def duplicate_devices(mapping: Sequence[int]) -> list[int]:
+    """Device ids listed more than once (linear in the number of ids)."""
+    return sorted(d for d, n in Counter(mapping).items() if n > 1)
+
+
+def samples_per_rollout(config: Any) -> int:
+    return config.rollout_batch_size * config.num_return_sequences_in_group
+
+
+@dataclass(frozen=True)
+class TrainShape:
+    """How a training role cuts one rollout into optimizer steps."""
+
+    role: str
+    dp: int
+    micro_batch: int  # per_device_train_batch_size
+    grad_accum: int  # gradient_accumulation_steps
+    samples: int  # S
+    ppo_epochs: int
+
+    @property
+    def rows_per_mini_batch(self) -> int:
+        """Rows of one optimizer step on one rank."""
+        return self.micro_batch * self.grad_accum
+
+    @property
+    def global_batch(self) -> int:
+        return self.rows_per_mini_batch * self.dp
+
+    @property
+    def optimizer_steps_per_rollout(self) -> int:
+        return max(1, self.samples // self.global_batch) * self.ppo_epochs
+
+    @property
+    def whole(self) -> bool:
+        """S is a whole number of global batches (validation's rule)."""
+        return self.samples % self.global_batch == 0
+
+
+def train_shape(config: Any, role: str, world: int | None = None) -> TrainShape:
+    """The TrainShape of `role` with `world` ranks (default: the config's world size; the workers
+    pass the world they actually run in, which is 1 on the local backend)."""
+    worker = getattr(config, role)
+    args = worker.training_args
+    return TrainShape(role, dp_size(role, worker, world), args.per_device_train_batch_size,
+                      args.gradient_accumulation_steps, samples_per_rollout(config), config.ppo_epochs)

@@ -1,8 +1,10 @@
 """GRPO throughput: PolicyLab vs TRL's GRPOTrainer, same model, task, batch and steps, one process.
 
     python bench/grpo_vs_trl.py [--steps 30] [--prompts 8] [--samples 4] [--tokens 8]
+    python bench/grpo_vs_trl.py --size m20 --tokens 64 --engine vllm --steps 10   # ~19M params, vLLM rollouts
 
-Both start from the same freshly built tiny Qwen2 model (random init) on the synthetic `copy`
+Both start from the same freshly built Qwen2 model (random init, `--size` of trainer/models/tiny.py; vLLM
+needs head_dim >= 32: tiny32, m20, m100) on the synthetic `copy`
 task, with rollout batch = prompts x samples completions of at most `tokens` new tokens, one
 optimizer step per batch, lr 2e-3, no KL (beta 0), temperature 1, token-level loss. Timed: the
 training loop only (model build and trainer set-up excluded for both). Prints samples/s of each,
@@ -36,7 +38,8 @@ def run_policylab(model_dir: Path, out: Path, args: argparse.Namespace) -> tuple
         "prompt_length": 32, "response_length": args.tokens, "adv_estimator": "grpo",
         "loss_agg_mode": "token-mean", "init_kl_coef": 0.0,
         "actor_train": {
-            "model_args": {"model_name_or_path": str(model_dir)},
+            # as TRL's default: no activation recomputation (ROLL's default recomputes)
+            "model_args": {"model_name_or_path": str(model_dir), "disable_gradient_checkpointing": True},
             "training_args": {"learning_rate": LR, "per_device_train_batch_size": args.prompts * args.samples,
                               "gradient_accumulation_steps": 1, "max_grad_norm": 1.0},
             "data_args": {"template": "none",
@@ -46,7 +49,7 @@ def run_policylab(model_dir: Path, out: Path, args: argparse.Namespace) -> tuple
         "actor_infer": {
             "model_args": {"model_name_or_path": str(model_dir)},
             "generating_args": {"max_new_tokens": args.tokens, "temperature": 1.0},
-            "strategy_args": {"strategy_name": "hf_infer"}, "infer_batch_size": 256,
+            "strategy_args": {"strategy_name": args.engine}, "infer_batch_size": 256,
         },
         "rewards": {"synthetic": {"reward_type": "synthetic"}},
     })
@@ -110,6 +113,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--size", default="tiny", help="model size preset (trainer/models/tiny.py SIZES)")
+    parser.add_argument("--engine", default="hf_infer", choices=("hf_infer", "vllm"),
+                        help="PolicyLab's rollout engine; TRL generates with transformers (its vLLM modes need a "
+                             "CUDA server or colocated GPU engine)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each, alternating; the median loop time is reported (shared machines are noisy)")
     parser.add_argument("--threads", type=int, default=1,
@@ -128,7 +135,7 @@ def main() -> None:
     hf_logging.disable_progress_bar()
     with tempfile.TemporaryDirectory(prefix="grpo_bench_") as tmp:
         root = Path(tmp)
-        model_dir = build_tiny_model(root / "model", size="tiny", seed=0)
+        model_dir = build_tiny_model(root / "model", size=args.size, seed=0)
         samples = args.steps * args.prompts * args.samples
         ours, peer = [], []
         for i in range(args.repeats):
@@ -136,7 +143,8 @@ def main() -> None:
             peer.append(run_trl(model_dir, root / f"trl{i}", args))
     ours_s, trl_s = statistics.median(t for t, _ in ours), statistics.median(t for t, _ in peer)
     ours_reward, trl_reward = ours[-1][1], peer[-1][1]
-    print(f"batch: {args.prompts} prompts x {args.samples} samples x <= {args.tokens} tokens, {args.steps} steps, "
+    print(f"model {args.size}, PolicyLab engine {args.engine}; batch: {args.prompts} prompts x {args.samples} samples "
+          f"x <= {args.tokens} tokens, {args.steps} steps, "
           f"median of {args.repeats} runs each")
     print(f"PolicyLab: {samples / ours_s:8.1f} samples/s  ({ours_s:.2f} s)  mean reward (last 10 steps) {ours_reward:.3f}")
     print(f"TRL      : {samples / trl_s:8.1f} samples/s  ({trl_s:.2f} s)  mean reward (last 10 steps) {trl_reward:.3f}")

@@ -4,6 +4,7 @@
 # ASGI server; the database is migrated, the demo user/team/experiment created, a demo run
 # launched, and the URL printed. Ctrl-C stops everything it started.
 #   bash scripts/run.sh [--port 8000] [--no-demo] [--debug]   (--debug: Django's DEBUG mode; off by default)
+#   bash scripts/run.sh --nodes 2   (a second Ray node on this machine; the demo spans both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -4,7 +4,12 @@ starts once the environment is set up.
 Order matters: the database is migrated before anything that reads it starts (ingest, web); then
 Redis, a local Ray head, a Celery worker and beat, the ingest consumer and the ASGI server start
 (each only when missing); then the demo user, team and experiment are created (once) and a demo
-run is launched unless one is already queued or running. Ctrl-C stops everything started here.
+run is launched unless one is already active. A service that exits is started again
+(services.Platform.restart_dead). Ctrl-C stops everything started here.
+
+`--nodes 2` starts a Ray head and a second Ray node on this machine (each marked with its node
+resource) and launches the demo with actor_train on the head and actor_infer on the second node.
+Logs and runs go under $POLICYLAB_VAR_DIR (default var/), as the settings' own files do.
 """
 
 from __future__ import annotations
@@ -12,30 +17,43 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
 
-from scripts.services import ServiceError, running_services, stop_on_signals  # noqa: E402
+from scripts.services import (  # noqa: E402
+    DEFAULT_VAR_DIR,
+    ServiceError,
+    cpus_per_node,
+    running_services,
+    stop_on_signals,
+    watch,
+)
 
-ACTIVE_STATES = ("queued", "submitting", "running")
 
-
-def launch_demo_run(username: str) -> tuple[int, bool]:
+def launch_demo_run(username: str, overrides: list[str]) -> tuple[int, bool]:
     """Launch a run of the demo experiment unless one is active; return (run id, launched now)."""
     from django.contrib.auth import get_user_model
 
     from policylab.experiments import services
     from policylab.experiments.models import Experiment, Run
+    from policylab.experiments.statuses import ACTIVE
 
     experiment = Experiment.objects.get(project__team__slug="demo", name="demo_grpo_cpu")
-    active = Run.objects.filter(experiment=experiment, status__in=ACTIVE_STATES).order_by("-pk").first()
+    active = Run.objects.filter(experiment=experiment, status__in=ACTIVE).order_by("-pk").first()
     if active is not None:
         return active.pk, False
     user = get_user_model().objects.get(username=username)
-    return services.launch_run(experiment, user, []).pk, True
+    return services.launch_run(experiment, user, overrides).pk, True
+
+
+def spread_over_nodes(nodes: int) -> list[str]:
+    """Demo overrides that put actor_infer on the second node: devices count num_gpus_per_node per node."""
+    if nodes < 2:
+        return []
+    per_node = cpus_per_node(nodes)
+    return [f"num_gpus_per_node={per_node}", f"actor_infer.device_mapping=[{per_node}]"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=int(os.environ.get("POLICYLAB_PORT", "8000")))
     parser.add_argument("--no-demo", action="store_true", help="start the platform without launching the demo run")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="Ray nodes on this machine: 2 starts a second node and spreads the demo run over both")
     parser.add_argument("--debug", action="store_true",
                         help="Django's DEBUG mode (tracebacks in the browser); never on a shared machine")
     args = parser.parse_args(argv)
@@ -59,17 +79,18 @@ def main(argv: list[str] | None = None) -> int:
 
     stop_on_signals()
     try:
-        with running_services(web_host=args.host, web_port=args.port, log=lambda line: print(f"[run] {line}", flush=True)):
+        var_dir = Path(os.environ.get("POLICYLAB_VAR_DIR", DEFAULT_VAR_DIR))
+        with running_services(var_dir=var_dir, web_host=args.host, web_port=args.port, nodes=args.nodes,
+                              log=lambda line: print(f"[run] {line}", flush=True)) as platform:
             username = os.environ.get("POLICYLAB_DEMO_USER", "demo")
             call_command("bootstrap_demo", username=username)
             url = f"http://{args.host}:{args.port}/"
             if not args.no_demo:
-                run_id, launched = launch_demo_run(username)
+                run_id, launched = launch_demo_run(username, spread_over_nodes(args.nodes))
                 state = "launched" if launched else "already active"
                 print(f"[run] demo run {run_id} {state}: {url}runs/{run_id}/", flush=True)
             print(f"[run] PolicyLab is up at {url} (Ctrl-C stops everything started here)", flush=True)
-            while True:
-                time.sleep(3600)
+            watch(platform)
     except KeyboardInterrupt:
         return 0
     except ServiceError as error:

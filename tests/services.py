@@ -167,11 +167,14 @@ class CeleryServices:
         self.stop()
         self.worker = self.beat = None
 
-    def stop_worker(self, timeout: float = 15.0) -> None:
-        """Warm shutdown (SIGTERM), as Ctrl-C of the run script does."""
+    def stop_worker(self, timeout: float = 60.0) -> int | None:
+        """Warm shutdown (SIGTERM), as Ctrl-C of the run script does; SIGKILL only after `timeout`.
+        Returns the worker's exit code (-9 when it had to be killed)."""
         assert self.worker is not None
+        process = self.worker.process
         self.worker.stop(timeout=timeout)
         self.worker = None
+        return process.returncode
 
     def kill_worker(self) -> None:
         assert self.worker is not None

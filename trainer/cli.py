@@ -5,10 +5,12 @@
     import CONFIG [-o native.yaml] | --mapping-table F    verl / SkyRL / RLinf -> native YAML
     run CONFIG [overrides…] [--workers ray|local] …       train
     make-tiny-model DIR [--size] [--seed]                 a local HF-format tiny Qwen2 + tokenizer
+    ledger RUN_DIR                                        what happened to every prompt the run drew
 
 Exit codes (docs/decisions/0001): 0 ok; 2 invalid input: a config that does not validate, paths
 outside the platform's policy, or a failed preflight (issues on stderr, no traceback; `run`
-still writes a `status: failed` event where the config says the run lives); 1 training failed.
+still writes a `status: failed` event where the config says the run lives); 1 training failed
+(`ledger`: prompts lost or duplicated).
 Heavy packages are imported inside the handlers, so `validate`, `schema` and `import` never
 import torch. This module is the only place that opens a config file (as a Path).
 """
@@ -18,7 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -27,7 +32,7 @@ if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-SIZE_CHOICES = ("tiny", "small")  # keys of trainer.models.tiny.SIZES, kept here so --help stays torch-free
+SIZE_CHOICES = ("tiny", "tiny32", "small", "m20", "m100")  # keys of trainer.models.tiny.SIZES, kept here so --help stays torch-free
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,10 +59,14 @@ def run_validate(
     out = out or sys.stdout
     err = err or sys.stderr
     result = validate_config(Path(config), overrides, source_format, env=config_environment())
+    if show and result.config is not None:  # coherent, even if this build lacks one of its backends
+        out.write(config_to_yaml(result.config))
     if not result.ok or result.config is None:
         print(f"{config}: invalid config ({len(result.errors)} error(s)):", file=err)
         for issue in result.issues:
             print(issue, file=err)
+        if result.derived:  # coherent, but this build lacks a backend it names
+            print(f"derived values:\n{format_derived(result.derived)}", file=err)
         return EXIT_INVALID
     for issue in result.warnings:
         print(issue, file=err)
@@ -71,11 +80,7 @@ def run_validate(
                 print(issue, file=err)
             return EXIT_INVALID
     summary = f"{config}: OK (format {result.source_format})\nderived values:\n{format_derived(result.derived)}"
-    if show:
-        out.write(config_to_yaml(result.config))
-        print(summary, file=err)
-    else:
-        print(summary, file=out)
+    print(summary, file=err if show else out)
     return EXIT_OK
 
 
@@ -104,12 +109,13 @@ def run_import(
     out = out or sys.stdout
     err = err or sys.stderr
     result = validate_config(Path(config), overrides, source_format)
-    if not result.ok or result.config is None:
+    if result.config is None or result.rule_errors:
         print(f"{config}: cannot import ({len(result.errors)} error(s)):", file=err)
         for issue in result.issues:
             print(f"  {issue}", file=err)
         return EXIT_INVALID
-    for issue in result.warnings:
+    # The translation stands even where this build lacks a backend the file names: said, not refused.
+    for issue in [*result.errors, *result.warnings]:
         print(f"  {issue}", file=err)
     text = f"# imported from {config} ({result.source_format} format) by `python -m trainer import`\n"
     text += config_to_yaml(result.config)
@@ -167,7 +173,30 @@ def _run(args: argparse.Namespace) -> int:
             _report_config_failure(args, f"{what}: {summary}")
             return EXIT_INVALID
     identity = RunIdentity.from_env(cfg, args.run_id, args.attempt, args.events_redis)
+    if args.exit_with_parent:
+        exit_when_orphaned()
     return run_training(cfg, identity, backend=args.workers)
+
+
+def exit_when_orphaned(poll_s: float = 1.0) -> threading.Thread:
+    """SIGTERM this process (a cancel, as Ray's stop_job sends it) once its parent is gone.
+
+    Ray's stop_job that lands while a job is still starting kills the job's supervisor actor, and the
+    entrypoint it had just spawned (in a session of its own) trains on, orphaned, with nobody to stop it
+    (seen with Ray 2.60: the job STOPPED after 1 s, its trainer still training minutes later). The
+    platform's supervisor passes --exit-with-parent so a cancelled run never leaves such a trainer."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print(f"trainer: parent process {parent} is gone (the Ray job was stopped); stopping", file=sys.stderr,
+              flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, daemon=True, name="exit-when-orphaned")
+    thread.start()
+    return thread
 
 
 def confinement_issues(cfg: PipelineConfig) -> list[Any]:
@@ -180,8 +209,12 @@ def confinement_issues(cfg: PipelineConfig) -> list[Any]:
 
 
 def _report_config_failure(args: argparse.Namespace, message: str) -> None:
-    """Best effort: a `status: failed` event where the (unvalidated) config says the run lives."""
+    """The refusal as the last line of stderr ("training refused: …", which the platform's supervisor
+    shows as the run's reason), and, best effort, a `status: failed` event where the (unvalidated)
+    config says the run lives."""
     from trainer.pipeline.telemetry import open_emitter_at
+
+    print(f"training refused: {message}", file=sys.stderr, flush=True)
 
     try:
         from trainer.config import load_raw
@@ -214,6 +247,27 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
     out = build_tiny_model(args.dir, size=args.size, seed=args.seed)
     print(f"wrote a randomly initialised {args.size} Qwen2 model and its tokenizer to {out}", file=sys.stdout)
     return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# ledger (torch-free)
+
+
+def run_ledger(run_dir: str, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Print the accounting of RUN_DIR/ledger.jsonl (or of that file); 1 when a prompt was lost or duplicated."""
+    from trainer.pipeline.ledger import LEDGER_FILE, account, format_accounting, read_ledger
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    path = Path(run_dir)
+    path = path / LEDGER_FILE if path.is_dir() else path
+    if not path.is_file():
+        print(f"{run_dir}: no {LEDGER_FILE} here (not a run directory, or a run older than the ledger)", file=err)
+        return EXIT_INVALID
+    records, torn = read_ledger(path)
+    result = account(records, torn)
+    out.write(format_accounting(path, result))
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", choices=["ray", "local"], default="ray",
                      help="ray: role workers are Ray actors placed by device_mapping (default); "
                           "local: every role in this process (debugging, single-process CPU runs)")
+    run.add_argument("--exit-with-parent", action="store_true",
+                     help="stop (as on SIGTERM) when the parent process exits: the platform's Ray jobs use it")
     run.set_defaults(handler=_run)
 
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random Qwen2 model + byte-level tokenizer")
@@ -270,6 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--size", default="tiny", choices=SIZE_CHOICES, help="model size (default: tiny)")
     tiny.add_argument("--seed", type=int, default=0, help="seed of the random initialisation (default: 0)")
     tiny.set_defaults(handler=_make_tiny_model)
+
+    ledger = sub.add_parser("ledger", help="account for every prompt a run drew (exit 1: lost or duplicated)")
+    ledger.add_argument("run_dir", help="the run's output_dir (holding ledger.jsonl), or the ledger file")
+    ledger.set_defaults(handler=lambda a: run_ledger(a.run_dir))
     return parser
 
 

@@ -150,8 +150,10 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Ingest, the Celery worker and the web server write concurrently: wait up to 20 s for SQLite's
-    # write lock (the default 5 s made ingest fail with "database is locked" under load).
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # write lock (the default 5 s made ingest fail with "database is locked" under load), and take
+    # the write lock when a transaction begins (IMMEDIATE): a DEFERRED transaction that reads first
+    # cannot upgrade to a write while another process writes, and fails at once instead of waiting.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(timeout=20, transaction_mode="IMMEDIATE")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -202,6 +204,8 @@ POLICYLAB_MAX_RETRIES = int(os.environ.get("POLICYLAB_MAX_RETRIES", "2"))
 POLICYLAB_SUPERVISOR_POLL_S = float(os.environ.get("POLICYLAB_SUPERVISOR_POLL_S", "2"))
 POLICYLAB_SUPERVISOR_LOCK_TTL_S = float(os.environ.get("POLICYLAB_SUPERVISOR_LOCK_TTL_S", "30"))
 POLICYLAB_RECONCILE_INTERVAL_S = float(os.environ.get("POLICYLAB_RECONCILE_INTERVAL_S", "30"))
+# Every HTTP request to Ray's job API gives up after this (the Ray SDK sets no timeout at all).
+POLICYLAB_RAY_HTTP_TIMEOUT_S = float(os.environ.get("POLICYLAB_RAY_HTTP_TIMEOUT_S", "30"))
 POLICYLAB_TRAINER_PYTHON = os.environ.get("POLICYLAB_TRAINER_PYTHON", "python")
 POLICYLAB_TRAINER_PYTHONPATH = os.environ.get("POLICYLAB_TRAINER_PYTHONPATH", str(REPO_ROOT))
 POLICYLAB_TRAINER_ARGS = os.environ.get("POLICYLAB_TRAINER_ARGS", "")  # e.g. "--workers local"

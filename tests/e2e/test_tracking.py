@@ -9,86 +9,24 @@ The events come from trainer.telemetry driven by the test (not a Ray job): the t
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 
-from scripts.services import free_port, service_env
-from tests.services import claim_redis_db, database_url
+from tests.platform.web_stack import (
+    CELERY_CHANNELS_PREFIX,
+    TrackingStack,
+    off_the_browser_thread,
+    share_channels,
+    sign_in,
+    start_tracking_stack,
+)
+from tests.services import claim_redis_db
 
 pytestmark = pytest.mark.e2e
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class TrackingStack:
-    url: str
-    redis_url: str
-
-
-def wait_listening(process: subprocess.Popen, port: int, log: Path, timeout: float = 60) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"web server did not start:\n{log.read_text()[-3000:]}") from None
-            time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def start_tracking_stack(redis_url: str, runs_dir: Path, work: Path) -> Iterator[TrackingStack]:
-    """daphne (runserver, serving static files too) and the ingest consumer on the test database."""
-    env = service_env(
-        {
-            "DATABASE_URL": database_url(),
-            "REDIS_URL": redis_url,
-            "CELERY_BROKER_URL": redis_url,
-            "CELERY_RESULT_BACKEND": redis_url,
-            "POLICYLAB_RUNS_DIR": str(runs_dir),
-            "POLICYLAB_VAR_DIR": str(work / "var"),
-            "POLICYLAB_CHANNELS_PREFIX": f"e2e-{uuid.uuid4().hex[:6]}",
-            "DJANGO_DEBUG": "1",
-            "DJANGO_SECRET_KEY": django_settings.SECRET_KEY,  # the test's sessions must hold there
-        }
-    )
-    port = free_port()
-    processes = []
-    try:
-        for name, args in (
-            ("web", ["runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"]),
-            ("ingest", ["ingest_events", "--claim-idle-ms", "5000"]),
-        ):
-            log = work / f"{name}.log"
-            with open(log, "wb") as out:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, str(REPO_ROOT / "manage.py"), *args],
-                        env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                    )
-                )
-        wait_listening(processes[0], port, work / "web.log")
-        yield TrackingStack(url=f"http://127.0.0.1:{port}", redis_url=redis_url)
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
 
 
 @pytest.fixture
@@ -101,16 +39,6 @@ def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -
             yield stack
     finally:
         release()
-
-
-def sign_in(page, stack: TrackingStack, user) -> None:
-    """A session of `user` (made here) as the browser's cookie."""
-    from django.test import Client
-
-    client = Client()
-    client.force_login(user)
-    cookie = client.cookies[django_settings.SESSION_COOKIE_NAME]
-    page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": stack.url}])
 
 
 def samples(step: int, attempt: int) -> list[dict]:
@@ -131,10 +59,11 @@ def emit_step(emitter, step: int, total: int = 12) -> None:
     emitter.status("running", step, total_steps=total, eta_s=(total - step) * 0.2)
 
 
-def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_user, tracking_stack) -> None:
+def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_user, tracking_stack, settings) -> None:
     from playwright.sync_api import expect
 
     from policylab.experiments.models import Experiment, Run, RunStatus
+    from policylab.jobs.supervisor import Step, finish
     from trainer.telemetry import EventEmitter, JsonlSink
     from trainer.telemetry.redis_stream import RedisStreamSink
 
@@ -151,6 +80,12 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
     def chart_steps() -> list[int]:
         return page.evaluate("() => window.policylab.metrics.xy('reward/mean', 'step').steps")
 
+    def save_checkpoint(emitter: EventEmitter, step: int) -> None:
+        path = run.run_dir / "checkpoints" / f"step_{step}"
+        path.mkdir(parents=True)  # what the trainer's save leaves; only checkpoints on disk are resumable
+        emitter.checkpoint(step, str(path), 4096, ["model", "optimizer"])
+
+    share_channels(settings, tracking_stack)
     sign_in(page, tracking_stack, web_user.user)
     page.goto(f"{tracking_stack.url}/runs/{run.pk}/")
     expect(page.locator("#live-state")).to_have_text("live")
@@ -162,7 +97,7 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
     for step in range(1, 5):
         emit_step(emitter, step)
         if step % 2 == 0:
-            emitter.checkpoint(step, str(run.run_dir / "checkpoints" / f"step_{step}"), 4096, ["model", "optimizer"])
+            save_checkpoint(emitter, step)
     reward_chart = page.locator('div.chart[data-key="reward/mean"]')
     expect(reward_chart).to_have_attribute("data-points", "4")
     expect(reward_chart.locator(".main-svg").first).to_be_visible()
@@ -173,7 +108,7 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
 
     for step in (5, 6):
         emit_step(emitter, step)
-    emitter.checkpoint(6, str(run.run_dir / "checkpoints" / "step_6"), 4096, ["model", "optimizer"])
+    save_checkpoint(emitter, 6)
     expect(reward_chart).to_have_attribute("data-points", "6")  # new points, no reload
     expect(page.locator("#checkpoints tbody tr")).to_have_count(3)  # the list grew
     expect(page.locator("#latest-rollouts")).to_have_attribute("data-step", "6")
@@ -192,11 +127,17 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
     expect(inspector.locator("#rollout-error")).to_contain_text("q: not a valid regular expression")
     inspector.close()
 
-    # Attempt 1 dies; resuming from its latest checkpoint (step 6) continues the same run.
+    # Attempt 1 dies (the trainer says so; the supervisor, out of retries, records it); resuming from its
+    # latest checkpoint (step 6), after a confirmation saying so, continues the same run.
     emitter.status("failed", 6, total_steps=12, message="worker lost")
     emitter.close()
+    expect(page.locator("#run-message")).to_have_text("attempt 1 failed: worker lost")
+    expect(page.locator("#run-state")).to_have_text("running")  # failing is the supervisor's verdict
+    off_the_browser_thread(lambda: finish(run, None, Step("finish", RunStatus.FAILED, RunStatus.FAILED, "worker lost")))
     expect(page.locator("#run-state")).to_have_text("failed")
     page.locator('#checkpoints tr[data-step="6"] button[data-resume]').click()
+    expect(page.locator("#confirm-text")).to_contain_text(f"Run {run.pk} continues from its checkpoint at step 6")
+    page.click("#confirm-yes")
     expect(page.locator("#run-state")).to_have_text("queued")
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED and run.resume_from.endswith("step_6")
@@ -207,6 +148,7 @@ def test_run_page_follows_a_live_run_and_resume_continues_the_series(page, web_u
     for step in (7, 8, 9):
         emit_step(emitter, step)
     emitter.close()
+    reward_chart.scroll_into_view_if_needed()  # charts off screen are redrawn when they come back into view
     expect(reward_chart).to_have_attribute("data-points", "9")
     assert chart_steps() == list(range(1, 10))  # one unbroken series, no duplicated step
     expect(page.locator("#run-state")).to_have_text("running")
@@ -234,7 +176,7 @@ def test_a_real_trainer_run_launched_through_the_platform_streams_to_the_page(
     experiment = services.create_experiment(web_user.project, "real demo", demo, user=web_user.user)
     runs_dir = Path(live_celery.env["POLICYLAB_RUNS_DIR"])
     settings.POLICYLAB_RUNS_DIR = runs_dir
-    with start_tracking_stack(live_celery.env["REDIS_URL"], runs_dir, tmp_path) as stack:
+    with start_tracking_stack(live_celery.env["REDIS_URL"], runs_dir, tmp_path, CELERY_CHANNELS_PREFIX) as stack:
         sign_in(page, stack, web_user.user)
         run = services.launch_run(experiment, web_user.user, ["max_steps=6", "save_steps=3", "eval_steps=100"])
         try:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from policylab.accounts.services import create_api_token
 from policylab.experiments import services
 from policylab.experiments.models import Run, RunStatus
-from policylab.tracking.models import Checkpoint
+from policylab.tracking.models import Checkpoint, RolloutSample
 
 pytestmark = pytest.mark.django_db
 
@@ -48,9 +48,14 @@ def team_b_objects(bob, team_b, make_experiment):
     run = Run.objects.create(experiment=experiment, created_by=bob, status=RunStatus.FAILED)
     checkpoint = Checkpoint.objects.create(run=run, step=2, path="/x/step_2", seq=1, created_at=timezone.now())
     token = create_api_token(bob, team_b, "bob's").token
+    frames = run.run_dir / "render" / "step_1" / "0_0_grid.txt"
+    frames.parent.mkdir(parents=True)
+    frames.write_text("# reset\n.P.\n")
+    sample = RolloutSample.objects.create(run=run, step=1, sample_index=0, prompt="p", response="r", seq=1, time=0.0,
+                                          render_path=str(frames))
     return {
         "project": experiment.project.pk, "experiment": experiment.pk, "run": run.pk,
-        "checkpoint": checkpoint.pk, "token": token.pk,
+        "checkpoint": checkpoint.pk, "token": token.pk, "sample": sample.pk,
     }
 
 

@@ -5,6 +5,8 @@ kl           KL estimators (`kl_penalty`), KL in the reward / as a loss, KL cont
 policy_loss  PPO (clip-higher, dual clip), GSPO, TOPR, SFT, entropy and value losses
 aggregation  `loss_agg_mode`, data-parallel correct with global token / sequence counts
 rewards      reward clipping, normalisation, shaping, difficulty masking, loss weights
+trajectory_norm  agentic trajectory scores normalised by start state, tag or batch (`reward_normalization`)
+off_policy   importance ratios of stale samples (TIS, masking) and staleness weights (async rollout)
 registry     name → function tables and lookups
 stats        masked and grouped statistics
 """

@@ -72,7 +72,20 @@ def is_initialized() -> bool:
 
 
 def destroy_process_group() -> None:
+    """Leave the default group. When DeepSpeed has joined it, DeepSpeed's own destroy also drops the
+    sub-groups it cached (a later group in this process would otherwise meet stale ones); megatron's
+    parallel state (its TP / PP / DP sub-groups) is dropped likewise."""
+    import sys
+
     import torch.distributed as dist
 
-    if dist.is_initialized():
+    if not dist.is_initialized():
+        return
+    megatron_state = sys.modules.get("megatron.core.parallel_state")
+    if megatron_state is not None and megatron_state.model_parallel_is_initialized():
+        megatron_state.destroy_model_parallel()
+    deepspeed_comm = sys.modules.get("deepspeed.comm")
+    if deepspeed_comm is not None and deepspeed_comm.is_initialized():
+        deepspeed_comm.destroy_process_group()
+    else:
         dist.destroy_process_group()

@@ -5,10 +5,17 @@ colocated `ResourcePool`: one placement group with a bundle per device, the role
 the bundles (each takes an equal fraction of the device) and take turns (offload/onload between
 phases). On a CPU-only cluster a "device" is a bundle of `num_cpus_per_device` CPUs, so the same
 config runs on a laptop; on a GPU cluster a bundle is one GPU plus its CPUs.
+
+Nodes: device ids count across machines as ROLL counts them, device d on node d // num_gpus_per_node.
+A cluster whose nodes carry the custom resource `policylab_node_<i>` (scripts/services.py starts a
+multi-node cluster so; a GPU node joins with `ray start --resources '{"policylab_node_1": 8}'`) gets
+that resource in every bundle, so each role runs on the node its device ids name. On a cluster without
+these resources bundles go wherever they fit.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +29,12 @@ if TYPE_CHECKING:
 
 
 WORKER_ROLES = ("actor_train", "actor_infer", "reference", "critic", "validation")
+NODE_RESOURCE_PREFIX = "policylab_node_"
+
+
+def node_resource(index: int) -> str:
+    """The custom resource that marks node `index` of a multi-node cluster (one unit per device)."""
+    return f"{NODE_RESOURCE_PREFIX}{index}"
 
 
 class ClusterResourceError(RuntimeError):
@@ -82,18 +95,24 @@ class ResourcePool:
 
 
 def plan_resource_pools(
-    cfg: PipelineConfig, *, num_cpus_per_device: float = 1.0, use_gpu: bool | None = None
+    cfg: PipelineConfig, *, num_cpus_per_device: float = 1.0, use_gpu: bool | None = None,
+    by_node: bool | None = None,
 ) -> dict[str, ResourcePool]:
     """Map every role that has workers to its ResourcePool; colocated roles map to the same object.
 
     `use_gpu` None asks the running Ray cluster (any GPU → GPU bundles), or torch when Ray is not
-    initialised. A role without device_mapping runs on actor_train's devices when `colocate_all`,
-    else as one worker in a pool of its own with a single CPU bundle.
+    initialised. `by_node` pins device d's bundle to node d // num_gpus_per_node (its
+    `policylab_node_<i>` resource); None does so when the running cluster's nodes carry those resources.
+    A role without device_mapping runs on actor_train's devices when `colocate_all`, else as one worker
+    in a pool of its own with a single CPU bundle.
     """
     if num_cpus_per_device <= 0:
         raise ValueError(f"num_cpus_per_device must be > 0, got {num_cpus_per_device}")
     if use_gpu is None:
         use_gpu = cluster_has_gpus()
+    if by_node is None:
+        by_node = cluster_marks_nodes()
+    devices_per_node = cfg.num_gpus_per_node if by_node else None
     sections = role_sections(cfg)
     train_devices = sections["actor_train"].device_mapping if "actor_train" in sections else None
     mapped: dict[str, tuple[int, ...]] = {}
@@ -113,7 +132,8 @@ def plan_resource_pools(
 
     pools: dict[str, ResourcePool] = {}
     for group in overlapping_groups(mapped):
-        pool = build_pool(group, {r: mapped[r] for r in group}, sections, num_cpus_per_device, use_gpu)
+        pool = build_pool(group, {r: mapped[r] for r in group}, sections, num_cpus_per_device, use_gpu,
+                          devices_per_node)
         pools.update(dict.fromkeys(group, pool))
     for role in unmapped:
         placement = RolePlacement(role, (), 1, (0,), (1.0,))
@@ -148,7 +168,10 @@ def build_pool(
     sections: dict[str, Any],
     num_cpus_per_device: float,
     use_gpu: bool,
+    devices_per_node: int | None = None,
 ) -> ResourcePool:
+    """One pool for colocated `roles`; with `devices_per_node`, each device's bundle also asks for the
+    resource of its node (device // devices_per_node)."""
     devices = tuple(sorted(set().union(*role_devices.values())))
     position = {device: i for i, device in enumerate(devices)}
     roles_on = {d: sum(d in ds for ds in role_devices.values()) for d in devices}
@@ -178,7 +201,11 @@ def build_pool(
             bundle_index=tuple(position[d] for d in first_devices),
             share=tuple(1.0 / roles_on[d] for d in first_devices),
         )
-    return ResourcePool("+".join(roles), devices, [dict(bundle) for _ in devices], use_gpu, placements)
+    bundles = [
+        dict(bundle) if devices_per_node is None else {**bundle, node_resource(d // devices_per_node): 1.0}
+        for d in devices
+    ]
+    return ResourcePool("+".join(roles), devices, bundles, use_gpu, placements)
 
 
 def cluster_has_gpus() -> bool:
@@ -187,6 +214,19 @@ def cluster_has_gpus() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def cluster_marks_nodes() -> bool:
+    """True when the running cluster's nodes carry `policylab_node_<i>` resources."""
+    return ray.is_initialized() and any(name.startswith(NODE_RESOURCE_PREFIX) for name in ray.cluster_resources())
+
+
+def missing_nodes(pool: ResourcePool) -> list[str]:
+    """The node resources the pool's bundles ask for that no live node offers (a node that is down, or
+    still joining after a restart)."""
+    total = ray.cluster_resources()
+    wanted = {name for bundle in pool.bundles for name in bundle if name.startswith(NODE_RESOURCE_PREFIX)}
+    return sorted(name for name in wanted if total.get(name, 0.0) <= 0)
 
 
 def check_cluster_fits(pool: ResourcePool) -> None:
@@ -213,6 +253,12 @@ def check_cluster_fits(pool: ResourcePool) -> None:
 
 
 def create_placement_group(pool: ResourcePool, timeout_s: float) -> PlacementGroup:
+    """Wait up to `timeout_s` for a node the pool names that is not in the cluster (it may be rejoining
+    after a crash), fail at once if the cluster cannot hold the pool, else wait up to `timeout_s` for the
+    placement group."""
+    deadline = time.monotonic() + timeout_s
+    while missing_nodes(pool) and time.monotonic() < deadline:
+        time.sleep(1.0)
     check_cluster_fits(pool)
     group = placement_group(pool.bundles, strategy="PACK")
     try:

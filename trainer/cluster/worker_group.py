@@ -43,10 +43,16 @@ def shard_batch(batch: Mapping[str, Any], parts: int) -> list[dict[str, Any]]:
 
 
 class WorkerHost:
-    """The Ray actor body: joins the process group (if asked), then builds the worker."""
+    """The Ray actor body: joins the process group (if asked), then builds the worker. Its repr (the
+    actor's `repr_name` in Ray's state API and dashboard) is "<role>:<rank>", so Ray's own records say
+    which role and rank each actor process runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, role: str, rank: int) -> None:
+        self.role, self.rank = role, rank
         self.worker: Any = None
+
+    def __repr__(self) -> str:
+        return f"{self.role}:{self.rank}"
 
     def node(self) -> tuple[str, str, int]:
         """(node id, node IP, a free port on that node)."""
@@ -108,7 +114,7 @@ class WorkerGroup:
             )
             options = pool.actor_resources(role, rank)
             self.actors.append(
-                actor_cls.options(**options, scheduling_strategy=strategy, runtime_env=runtime_env).remote()
+                actor_cls.options(**options, scheduling_strategy=strategy, runtime_env=runtime_env).remote(role, rank)
             )
         try:
             if distributed:
@@ -161,9 +167,11 @@ class WorkerGroup:
                     results[rank] = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:
                     cause = error.cause if error.cause is not None else error
-                    raise WorkerGroupError(self.role, rank, method, f"{type(cause).__name__}: {cause}") from error
+                    message = f"{type(cause).__name__}: {cause}{_still_busy(pending)}"
+                    raise WorkerGroupError(self.role, rank, method, message) from error
                 except ray.exceptions.RayError as error:  # the actor died (OOM, segfault, killed)
-                    raise WorkerGroupError(self.role, rank, method, f"{type(error).__name__}: {error}") from error
+                    message = f"{type(error).__name__}: {error}{_still_busy(pending)}"
+                    raise WorkerGroupError(self.role, rank, method, message) from error
         return results
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
@@ -187,6 +195,14 @@ class WorkerGroup:
         if self.actors:
             self.actors = []
             self.pool.release()
+
+
+def _still_busy(pending: Mapping[ray.ObjectRef, int]) -> str:
+    """The ranks that had not answered when another failed: when a collective timed out (the role's
+    backend_timeout), these are the ranks that never joined it."""
+    if not pending:
+        return ""
+    return f" (ranks {sorted(pending.values())} had not answered: hung, or waiting in a collective)"
 
 
 class LocalWorkerGroup:
@@ -232,6 +248,9 @@ class LocalWorkerGroup:
         return self._call(method, args, kwargs)
 
     def shutdown(self) -> None:
+        """The worker's own `shutdown` (an in-process engine's cleanup) first, then the process group."""
+        if hasattr(self, "worker") and hasattr(self.worker, "shutdown"):
+            self.worker.shutdown()
         if self.owns_process_group:
             dist_setup.destroy_process_group()
             self.owns_process_group = False

@@ -50,6 +50,29 @@ def _model_path(cfg: PipelineConfig, role: str) -> str:
     return str(path)
 
 
+def load_role_model(cfg: PipelineConfig, role: str, *, training: bool = False) -> nn.Module:
+    """The role's HF model as its model_args say: dtype, attention kernel, remote code, config
+    overrides; training roles recompute activations in backward unless
+    disable_gradient_checkpointing is set (ROLL's default)."""
+    from trainer.models.loading import load_model
+
+    args = _role_cfg(cfg, role).model_args
+    model = load_model(_model_path(cfg, role), dtype=args.dtype, attn_implementation=args.attn_implementation,
+                       trust_remote_code=args.trust_remote_code, config_overrides=args.model_config_kwargs)
+    if training and not args.disable_gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def _seed_training_role(cfg: PipelineConfig, role: str, rank: int, offset: int = 0) -> None:
+    """Seed a training rank (training_args.seed, else the pipeline seed) and set TF32 as asked."""
+    args = _role_cfg(cfg, role).training_args
+    _seed_everything((cfg.seed if args.seed is None else args.seed) + offset + rank)
+    if args.tf32 is not None:  # only matters on Ampere+ GPUs; harmless elsewhere
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
+
+
 def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -65,16 +88,33 @@ def strategy_name(section: Any, default: str) -> str:
     return section.strategy_args.strategy_name if section.strategy_args is not None else default
 
 
+def needs_process_group(cfg: PipelineConfig, role: str) -> bool:
+    """Whether the role's ranks must join one torch.distributed group (sharded strategies), even a
+    group of one."""
+    from trainer.train import PROCESS_GROUP_STRATEGIES
+
+    section = getattr(cfg, role, None)
+    return section is not None and strategy_name(section, "") in PROCESS_GROUP_STRATEGIES
+
+
 def _build_train_strategy(cfg: PipelineConfig, role: str, model: nn.Module, rank: int, world_size: int) -> Any:
     from trainer.train import build_strategy
 
     section = _role_cfg(cfg, role)
-    steps = cfg.max_steps * train_shape(cfg, role, world_size).optimizer_steps_per_rollout
-    # only what the config sets: the strategy applies its own defaults to the rest
-    options = (section.strategy_args.strategy_config.model_dump(exclude_unset=True)
-               if section.strategy_args is not None else None)
+    shape = train_shape(cfg, role, world_size)
+    # the LR schedule's length: training_args.max_steps when set, else every step of the run
+    steps = section.training_args.max_steps
+    if steps <= 0:
+        steps = cfg.max_steps * shape.optimizer_steps_per_rollout
     return build_strategy(strategy_name(section, "torch_train"), model, _optim_config(cfg, role, steps),
-                          rank=rank, world_size=world_size, device=_device(), strategy_config=options)
+                          rank=rank, world_size=world_size, device=_device(),
+                          strategy_config=_strategy_options(section), shape=shape)
+
+
+def _strategy_options(section: Any) -> dict[str, Any] | None:
+    """Only what the config sets: the strategy applies its own defaults to the rest."""
+    return (section.strategy_args.strategy_config.model_dump(exclude_unset=True)
+            if section.strategy_args is not None else None)
 
 
 class _RoleBase:
@@ -109,7 +149,8 @@ class _TrainedRole(_RoleBase):
                 f"{self.role}.training_args: this rank holds {rows} samples, not a multiple of "
                 f"per_device_train_batch_size × gradient_accumulation_steps = {per_rank}"
             )
-        gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step * 101 + epoch * 7 + self.rank)
+        dp_rank = _data_parallel(self.strategy, self.rank, self.world_size)[0]
+        gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step * 101 + epoch * 7 + dp_rank)
         order = torch.randperm(rows, generator=gen)
         return [{k: v[order[i : i + per_rank]] for k, v in batch.items()} for i in range(0, rows, per_rank)]
 
@@ -117,20 +158,24 @@ class _TrainedRole(_RoleBase):
         """Real tokens and non-empty sequences of this mini-batch, summed over the data-parallel ranks."""
         mask = mini["response_mask"] > 0
         counts = torch.stack([mask.sum(), mask.any(-1).sum()]).float()
-        if self.world_size > 1 and dist.is_initialized():
-            dist.all_reduce(counts)
+        _, dp_size, dp_group = _data_parallel(self.strategy, self.rank, self.world_size)
+        if dp_size > 1 and dist.is_initialized():
+            dist.all_reduce(counts, group=dp_group)
         return counts[0], counts[1]
 
     def _update(self, batch: dict[str, Tensor], step: int, loss_fn: Any) -> dict[str, float]:
         args = _role_cfg(self.cfg, self.role).training_args
+        batch, _ = _own_rows(self.strategy, batch)
+        dp_size = _data_parallel(self.strategy, self.rank, self.world_size)[1]
         totals: dict[str, list[float]] = {}
         for epoch in range(self.cfg.ppo_epochs):
             for mini in self._mini_batches(batch, step, epoch):
                 micro = split_rows(mini, args.per_device_train_batch_size)
-                losses.attach_normalisers(micro, *self._global_counts(mini), self.world_size)
+                losses.attach_normalisers(micro, *self._global_counts(mini), dp_size)
                 result = self.strategy.train_step(micro, loss_fn)
-                # "loss" is this rank's share of the global loss: x world_size so the rank mean is the total
-                result["loss"] = result["loss"] * self.world_size
+                # "loss" is this data-parallel rank's share of the global loss: x dp so the rank mean is
+                # the total
+                result["loss"] = result["loss"] * dp_size
                 for key, value in result.items():
                     totals.setdefault(key, []).append(float(value))
         return {f"{self.role_prefix}/{k}": sum(v) / len(v) for k, v in totals.items()}
@@ -152,22 +197,15 @@ class ActorTrainWorker(_TrainedRole):
     role_prefix = "actor"
 
     def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
-        from trainer.models.loading import load_model
-
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
-        _seed_everything(cfg.seed + rank)
-        section = _role_cfg(cfg, role)
-        model = load_model(_model_path(cfg, role), dtype=section.model_args.dtype)
+        _seed_training_role(cfg, role, rank)
+        model = load_role_model(cfg, role, training=True)
         self.temperature = _sampling_temperature(cfg)
         self.strategy = _build_train_strategy(cfg, role, model, rank, world_size)
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
-        return _forward_in_chunks(
-            lambda model, part: response_logprobs(model, part, self.temperature),
-            self.strategy.forward_no_grad,
-            batch,
-            _role_cfg(self.cfg, self.role).infer_batch_size,
-        )
+        chunk = _role_cfg(self.cfg, self.role).infer_batch_size
+        return _forward_in_chunks(_logprobs_fn(self.temperature), self.strategy, batch, chunk)
 
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
         loss_fn = losses.make_actor_loss(self.cfg, self.temperature)
@@ -184,7 +222,8 @@ class ActorTrainWorker(_TrainedRole):
             return
         from trainer.models.loading import load_tokenizer
 
-        self.strategy.model.save_pretrained(path, state_dict=state)
+        # megatron keeps the HF architecture as a weight-less skeleton (hf_model) next to its own model
+        getattr(self.strategy, "hf_model", self.strategy.model).save_pretrained(path, state_dict=state)
         load_tokenizer(tokenizer_path).save_pretrained(path)
 
 
@@ -194,17 +233,14 @@ class CriticWorker(_TrainedRole):
     role_prefix = "critic"
 
     def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
-        from trainer.models.loading import load_model
-
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
-        _seed_everything(cfg.seed + 17 + rank)
-        section = _role_cfg(cfg, role)
-        model = ValueModel(load_model(_model_path(cfg, role), dtype=section.model_args.dtype))
+        _seed_training_role(cfg, role, rank, offset=17)
+        model = ValueModel(load_role_model(cfg, role, training=True))
         self.strategy = _build_train_strategy(cfg, role, model, rank, world_size)
 
     def compute_values(self, batch: dict[str, Tensor]) -> Tensor:
         return _forward_in_chunks(
-            response_values, self.strategy.forward_no_grad, batch, _role_cfg(self.cfg, self.role).infer_batch_size
+            response_values, self.strategy, batch, _role_cfg(self.cfg, self.role).infer_batch_size
         )
 
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
@@ -212,57 +248,39 @@ class CriticWorker(_TrainedRole):
 
 
 class ReferenceWorker(_RoleBase):
-    """The frozen initial policy: log-probs for the KL penalty / KL loss."""
+    """The frozen initial policy: log-probs for the KL penalty / KL loss. hf_infer (the default) and
+    torch_train hold the whole model; fsdp2_infer and deepspeed_infer shard it over the role's ranks."""
 
     def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
-        from trainer.models.loading import load_model
+        from trainer.train import build_forward_strategy
 
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
         section = _role_cfg(cfg, role)
-        self.model = load_model(_model_path(cfg, role), dtype=section.model_args.dtype).to(_device()).eval()
-        self.model.requires_grad_(False)
+        self.strategy = build_forward_strategy(strategy_name(section, "hf_infer"), load_role_model(cfg, role),
+                                               rank=rank, world_size=world_size, device=_device(),
+                                               strategy_config=_strategy_options(section))
         self.temperature = _sampling_temperature(cfg)
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
-        def run(fn: Any) -> Any:
-            with torch.no_grad():
-                return fn(self.model)
-
-        return _forward_in_chunks(
-            lambda model, part: response_logprobs(model, part, self.temperature),
-            run,
-            batch,
-            _role_cfg(self.cfg, self.role).infer_batch_size,
-        )
+        chunk = _role_cfg(self.cfg, self.role).infer_batch_size
+        return _forward_in_chunks(_logprobs_fn(self.temperature), self.strategy, batch, chunk)
 
 
 class ActorInferWorker(_RoleBase):
-    """The rollout engine (``hf_infer``): samples responses, receives new weights after updates."""
+    """The rollout engine (``hf_infer`` or ``vllm``): samples responses, receives new weights after updates."""
 
     def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
-        from trainer.models.loading import load_model, load_tokenizer
-        from trainer.rollout.hf import HFInferEngine
-
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
         section = _role_cfg(cfg, role)
         name = strategy_name(section, "hf_infer")
-        if name != "hf_infer":
+        if name == "vllm":
+            self.engine = _vllm_engine(cfg, role, rank)
+        elif name == "hf_infer":
+            self.engine = _hf_engine(cfg, role)
+        else:
             raise ValueError(
-                f"{role}.strategy_args.strategy_name: {name!r} is not available in this build; valid: hf_infer"
+                f"{role}.strategy_args.strategy_name: {name!r} is not available in this build; valid: hf_infer, vllm"
             )
-        path = _model_path(cfg, role)
-        tokenizer = load_tokenizer(path)
-        eos = {tokenizer.eos_token_id}
-        model = load_model(path, dtype=section.model_args.dtype)
-        gen_eos = getattr(model.generation_config, "eos_token_id", None)
-        eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
-        self.engine = HFInferEngine(
-            model,
-            eos_token_ids=sorted(eos),
-            pad_token_id=tokenizer.pad_token_id,
-            device=_device(),
-            max_batch_size=section.infer_batch_size if section.infer_batch_size > 1 else None,
-        )
 
     def generate(self, batch: dict[str, Any], params: SamplingParams) -> list[Generation]:
         """Generate for this rank's prompt shard; the seed is offset by rank so shards differ."""
@@ -278,6 +296,48 @@ class ActorInferWorker(_RoleBase):
 
     def wake(self) -> None:
         self.engine.wake()
+
+    def shutdown(self) -> None:
+        """Release an in-process engine's resources (vllm); hf_infer has none beyond its model."""
+        if hasattr(self.engine, "shutdown"):
+            self.engine.shutdown()
+
+
+def _hf_engine(cfg: PipelineConfig, role: str) -> Any:
+    from trainer.models.loading import load_tokenizer
+    from trainer.rollout.hf import HFInferEngine
+
+    section = _role_cfg(cfg, role)
+    path = _model_path(cfg, role)
+    tokenizer = load_tokenizer(path, trust_remote_code=section.model_args.trust_remote_code)
+    eos = {tokenizer.eos_token_id}
+    model = load_role_model(cfg, role)
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
+    return HFInferEngine(
+        model,
+        eos_token_ids=sorted(eos),
+        pad_token_id=tokenizer.pad_token_id,
+        device=_device(),
+        max_batch_size=section.infer_batch_size if section.infer_batch_size > 1 else None,
+        decode=tokenizer.decode,
+    )
+
+
+def _vllm_engine(cfg: PipelineConfig, role: str, rank: int) -> Any:
+    """One in-process vLLM engine from the role's strategy_config and model_args (seed: pipeline seed + rank)."""
+    from trainer.rollout.vllm import VllmEngine, engine_dtype, engine_kwargs
+
+    section = _role_cfg(cfg, role)
+    path = _model_path(cfg, role)
+    options = section.strategy_args.strategy_config
+    colocated = bool(set(section.device_mapping or ()) & set(cfg.actor_train.device_mapping or ()))
+    kwargs = engine_kwargs(
+        options.model_dump(), dtype=engine_dtype(path, section.model_args.dtype), seed=cfg.seed + rank,
+        on_gpu=torch.cuda.is_available(), colocated=colocated,
+        trust_remote_code=section.model_args.trust_remote_code, hf_overrides=section.model_args.model_config_kwargs,
+    )
+    return VllmEngine(path, kwargs, sleep_level=options.sleep_level)
 
 
 class RewardWorker(_RoleBase):
@@ -299,9 +359,37 @@ def _sampling_temperature(cfg: PipelineConfig) -> float:
     return args.temperature if args is not None and args.temperature > 0 and args.do_sample else 1.0
 
 
-def _forward_in_chunks(fn: Any, runner: Any, batch: dict[str, Tensor], chunk: int) -> Tensor:
-    parts = split_rows(batch, max(1, chunk or batch["response_mask"].size(0)))
-    return torch.cat([runner(lambda model, p=p: fn(model, p)).detach().cpu() for p in parts], dim=0)
+def _forward_in_chunks(fn: Any, strategy: Any, batch: dict[str, Tensor], chunk: int) -> Tensor:
+    """fn(model, rows) over chunks of `chunk` rows under the strategy's forward_no_grad; this rank's rows."""
+    rows, own = _own_rows(strategy, batch)
+    parts = split_rows(rows, max(1, chunk or rows["response_mask"].size(0)))
+    out = [strategy.forward_no_grad(lambda model, p=p: fn(model, p)).detach().cpu() for p in parts]
+    return torch.cat(out, dim=0)[own]
+
+
+def _logprobs_fn(temperature: float) -> Any:
+    """response_logprobs, or the model's own where it has one (megatron: from the vocab-sharded logits,
+    without gathering the vocabulary)."""
+
+    def fn(model: nn.Module, part: dict[str, Tensor]) -> Tensor:
+        own = getattr(model, "response_logprobs", None)
+        return own(part, temperature) if own is not None else response_logprobs(model, part, temperature)
+
+    return fn
+
+
+def _data_parallel(strategy: Any, rank: int, world_size: int) -> tuple[int, int, Any]:
+    """(rank, size, group) of this rank in data parallelism: every rank is its own, except under
+    megatron, whose model-parallel group (TP × PP) shares one data-parallel rank."""
+    dp = getattr(strategy, "data_parallel", None)
+    return (rank, world_size, None) if dp is None else (dp.rank, dp.size, dp.group)
+
+
+def _own_rows(strategy: Any, batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], slice]:
+    """The rows this rank computes on and the slice of them it answers for. The worker group hands
+    every rank its own slice; megatron's model-parallel ranks join theirs (they compute together)."""
+    join = getattr(strategy, "join_model_parallel_rows", None)
+    return join(batch) if join is not None else (batch, slice(None))
 
 
 WORKER_CLASSES: dict[str, type] = {

@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from trainer.config.introspect import sections
-from trainer.config.schema import STRATEGY_CONFIG_MODELS, PipelineConfig
+from trainer.config.schema import STRATEGY_CONFIG_MODELS, PipelineConfig, field_status
 
 MARKDOWN_COMMAND = "python -m trainer schema --markdown > docs/config.md"
 
@@ -89,6 +89,12 @@ def _default(info: FieldInfo) -> str:
     return f"`{info.default!r}`"
 
 
+def _status(model: type[BaseModel], name: str) -> str:
+    status, reason = field_status(model, name)
+    reason = reason.replace("|", "\\|")
+    return {"acts": "acts", "import_only": f"no effect: {reason}", "planned": f"not built: {reason}"}[status]
+
+
 def config_markdown() -> str:
     lines = [
         "# Config reference",
@@ -118,6 +124,11 @@ def config_markdown() -> str:
         "- `device_mapping` may be written as `[0,1,2]`, `range(0,8)`, `list(range(0,16))` or a `+` of these;",
         "  the expression is parsed, never executed.",
         "",
+        "Status: *acts* — the engine reads the field; *no effect* — accepted so that an imported or ROLL config",
+        "loses nothing, but this build does not act on it; *not built* — reserved for a backend or feature that",
+        "does not exist yet. Validation warns about every field set to a non-default value that does not act,",
+        "and refuses a `strategy_name` this build does not have.",
+        "",
         "`python -m trainer validate CONFIG [overrides…] [--show]` reports every problem at once (batch",
         "arithmetic, parallel sizes, device ranges, lengths, exclusive options, unknown keys with the closest",
         "valid name) and prints the derived batch sizes.",
@@ -143,13 +154,14 @@ def config_markdown() -> str:
         if not model.model_fields:
             lines += ["(no settings)", ""]
             continue
-        lines += ["| key | type | default | category | description |", "| --- | --- | --- | --- | --- |"]
+        lines += ["| key | type | default | category | status | description |",
+                  "| --- | --- | --- | --- | --- | --- |"]
         for name, info in model.model_fields.items():
             extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
             description = (info.description or "").replace("|", "\\|")
             lines.append(
                 f"| `{name}` | {_type_name(info.annotation)} | {_default(info)} | {extra.get('category', '')} "
-                f"| {description} |"
+                f"| {_status(model, name)} | {description} |"
             )
         lines.append("")
     return "\n".join(lines)

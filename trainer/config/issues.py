@@ -16,6 +16,8 @@ class ConfigIssue:
     path: str  # dotted field path, e.g. "actor_train.training_args.learning_rate" ("" = whole file)
     message: str
     severity: Severity = "error"
+    # "not_built": the config is coherent but names a backend this version does not have
+    kind: Literal["rule", "not_built"] = "rule"
 
     def to_dict(self) -> dict[str, str]:
         return {"field": self.path, "message": self.message, "severity": self.severity}
@@ -49,3 +51,8 @@ class ValidationResult:
     @property
     def issues(self) -> list[ConfigIssue]:
         return [*self.errors, *self.warnings]
+
+    @property
+    def rule_errors(self) -> list[ConfigIssue]:
+        """Errors of the config itself, leaving out backends this build lacks."""
+        return [i for i in self.errors if i.kind != "not_built"]

@@ -5,13 +5,16 @@ A `str` is always YAML text and a `Path` is a file: only the trainer's command l
 
 Order of operations, as in Hydra/ROLL:
 1. parse YAML (OmegaConf's loader, so `1e-6` is a float);
-2. merge `defaults:` entries (YAML files next to a config file; `deepspeed_zero*` fall back to
-   built-in presets), then the file itself (`_self_` last unless listed);
+2. compose the `defaults:` list as Hydra does (configs and `group@package: option` entries with
+   `${group}` choices, `override`, `_self_` ordering, `hydra.searchpath`); a config that is not on
+   disk comes from the frameworks' built-in configs (trainer.config.importers.builtin), so a single
+   pasted file composes; `${oc.select:…}` and `${now:…}` are rewritten to what they select;
 3. apply overrides `a.b=c`, `+a.b=c`, `++a.b=c`, `~a.b` (values parsed as YAML);
 4. `${oc.env:VAR,default}`: substituted from `env` in the trainer; kept as written when `env` is None
    (the web server never reads its own environment into a config);
 5. resolve the other `${...}` interpolation (`${response_length}`, `${subtract:a,b}` …);
-6. drop helper keys that only the `defaults:` layers defined (preset holders), and `hydra:`;
+6. drop helper keys: top-level keys that `defaults:` layers introduced or that interpolations read,
+   unless they are native fields or a foreign framework's sections (and `hydra:`);
 7. parse `device_mapping` expressions with the allow-list parser (never evaluated).
 """
 
@@ -24,6 +27,8 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +46,9 @@ MAX_DEFAULTS_DEPTH = 8
 # Top-level sections of verl / SkyRL / RLinf files (their defaults files may hold them).
 FOREIGN_TOP_LEVEL_KEYS = frozenset(
     {"data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm", "trainer",
-     "generator", "placement", "environment", "cluster", "runner", "rollout", "actor", "reward", "ray_init"}
+     "generator", "placement", "environment", "cluster", "runner", "rollout", "actor", "reward", "ray_init",
+     "ray_kwargs", "global_profiler", "transfer_queue", "distillation", "model_engine", "inference",
+     "deepspeed_config"}
 )
 _KEY_RE = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
 ENV_ALLOW_VAR = "POLICYLAB_CONFIG_ENV_ALLOW"
@@ -177,71 +184,222 @@ def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _expand_defaults(
-    raw: dict[str, Any], base_dir: Path | None, issues: list[ConfigIssue], depth: int = 0
-) -> tuple[dict[str, Any], set[str]]:
-    """Merge the `defaults:` list of `raw` into it. Returns the merged dict and the top-level keys
-    that only defaults layers provided (helper holders such as `deepspeed_zero2`)."""
-    defaults = raw.pop("defaults", None)
-    raw.pop("hydra", None)
-    if defaults is None:
-        return raw, set()
-    if not isinstance(defaults, list):
-        issues.append(ConfigIssue("defaults", "must be a list of file names (e.g. ../config/deepspeed_zero2@_here_)"))
-        return raw, set()
-    merged: dict[str, Any] = {}
-    self_merged = False
-    for index, entry in enumerate(defaults):
-        where = f"defaults.{index}"
-        if entry == "_self_":
-            merged = _deep_merge(merged, raw)
-            self_merged = True
-            continue
-        if not isinstance(entry, str):
-            issues.append(ConfigIssue(where, f"entry {entry!r} skipped: only file entries are supported", "warning"))
-            continue
-        name, _, package = entry.partition("@")
-        layer = _load_default(name, base_dir, where, issues, depth)
-        if layer is None:
-            continue
-        if package and package != "_here_":
-            for part in reversed(package.split(".")):
-                layer = {part: layer}
-        merged = _deep_merge(merged, layer)
-    if not self_merged:
-        merged = _deep_merge(merged, raw)
-    helper_keys = set(merged) - set(raw)
-    return merged, helper_keys
+@dataclass(frozen=True)
+class DefaultsEntry:
+    """One entry of a Hydra `defaults:` list.
+
+    `- name` / `- dir/name@pkg` is a config (group None); `- group@pkg: option` a config group
+    choice (option None: no config); `override` replaces the choice another list made;
+    `optional` entries may be missing."""
+
+    where: str
+    name: str | None
+    group: str | None = None
+    package: str | None = None
+    override: bool = False
+    optional: bool = False
+    is_self: bool = False
+
+    @property
+    def key(self) -> str:
+        """What an `override` entry matches: the group (and its package when one is written)."""
+        group = (self.group or "").lstrip("/")
+        return f"{group}@{self.package}" if self.package else group
 
 
-def _load_default(
-    name: str, base_dir: Path | None, where: str, issues: list[ConfigIssue], depth: int
-) -> dict[str, Any] | None:
-    if depth >= MAX_DEFAULTS_DEPTH:
-        issues.append(ConfigIssue(where, f"defaults nested deeper than {MAX_DEFAULTS_DEPTH} levels"))
-        return None
-    candidates = []
-    if base_dir is not None:
-        candidates = [base_dir / name, base_dir / f"{name}.yaml", base_dir / f"{name}.yml"]
-    for path in candidates:
-        if path.is_file():
+def parse_defaults_entry(entry: Any, where: str) -> DefaultsEntry | ConfigIssue:
+    if entry == "_self_":
+        return DefaultsEntry(where, None, is_self=True)
+    if isinstance(entry, str) and entry.strip():
+        name, _, package = entry.strip().partition("@")
+        return DefaultsEntry(where, name, package=package or None)
+    if isinstance(entry, Mapping) and len(entry) == 1:
+        (head, option), = entry.items()
+        words = str(head).split()
+        flags = set(words[:-1])
+        if words and flags <= {"override", "optional"} and (option is None or isinstance(option, str | list)):
+            group, _, package = words[-1].partition("@")
+            return DefaultsEntry(where, option, group=group, package=package or None,
+                                 override="override" in flags, optional="optional" in flags)
+    return ConfigIssue(where, f"entry {entry!r} is not a defaults entry: write a config name (../config/"
+                              "deepspeed_zero2@_here_), `group@package: option`, `override group: option` or _self_")
+
+
+def _package_path(parent: str, written: str | None, implied: str) -> str:
+    """Where a layer lands: Hydra packages are relative to the containing config's package."""
+    package = implied if written is None else written
+    if package in ("_here_", ""):
+        return parent
+    if package == "_global_" or package.startswith("_global_."):
+        return package.removeprefix("_global_").lstrip(".")
+    return f"{parent}.{package}".strip(".") if parent else package
+
+
+def _place(layer: dict[str, Any], package: str) -> dict[str, Any]:
+    for part in reversed([p for p in package.split(".") if p]):
+        layer = {part: layer}
+    return layer
+
+
+def _header_package(text: str) -> str | None:
+    """A `# @package X` line at the top of a config file."""
+    for line in text.splitlines()[:5]:
+        match = re.match(r"\s*#\s*@package\s+(\S+)", line)
+        if match:
+            return match.group(1)
+    return None
+
+
+_CHOICE_RE = re.compile(r"\$\{\s*([\w/\-]+)\s*\}")
+
+
+@dataclass
+class _Composer:
+    """Hydra's defaults-list composition over YAML files, with the frameworks' own configs built in.
+
+    Config files are looked up next to the file that names them, then under `hydra.searchpath`
+    folders; a config that is not on disk comes from trainer.config.importers.builtin (ROLL's
+    deepspeed/env helper files, verl's ppo_trainer, SkyRL's deepspeed_config, RLinf's training
+    backends) so that a single pasted file composes as it would in its framework."""
+
+    primary: dict[str, Any]
+    search_dirs: list[Path]
+    issues: list[ConfigIssue]
+    layer_keys: set[str] = field(default_factory=set)  # top-level keys that defaults layers introduced
+    overrides: dict[str, Any] = field(default_factory=dict)
+    choices: dict[str, str] = field(default_factory=dict)
+
+    def expand(self, raw: dict[str, Any], here: Path | None, package: str, depth: int) -> dict[str, Any]:
+        """`raw` (a config at `package`) merged with its defaults list, as a tree rooted at the top."""
+        defaults = raw.pop("defaults", None)
+        raw.pop("hydra", None)
+        body = _place(raw, package)
+        if defaults is None:
+            return body
+        if not isinstance(defaults, list):
+            self.issues.append(ConfigIssue("defaults", "must be a list of config names (e.g. "
+                                                       "../config/deepspeed_zero2@_here_) or group choices"))
+            return body
+        entries = []
+        for index, item in enumerate(defaults):
+            parsed = parse_defaults_entry(item, f"defaults.{index}" if depth == 0 else "defaults")
+            if isinstance(parsed, ConfigIssue):
+                self.issues.append(parsed)
+            else:
+                entries.append(parsed)
+        for entry in entries:  # choices and overrides first: `${group}` in an option names another choice
+            if entry.override:
+                self.overrides.setdefault(entry.key, entry.name)
+            elif entry.group and isinstance(entry.name, str):
+                self.choices.setdefault(entry.group.lstrip("/").split("/")[-1], entry.name)
+        merged: dict[str, Any] = {}
+        self_done = False
+        for entry in entries:
+            if entry.is_self:
+                merged = _deep_merge(merged, body)
+                self_done = True
+            elif not entry.override:
+                for layer in self._layers(entry, here, package, depth):
+                    self.layer_keys.update(layer)
+                    merged = _deep_merge(merged, layer)
+        return merged if self_done else _deep_merge(merged, body)
+
+    def _layers(self, entry: DefaultsEntry, here: Path | None, package: str, depth: int) -> list[dict[str, Any]]:
+        if entry.group is not None and entry.group.lstrip("/").split("/")[0] == "hydra":
+            return []  # Hydra's own settings (job_logging, launcher …) do not shape the config
+        options = self.overrides.get(entry.key, entry.name) if entry.group else entry.name
+        if options is None:
+            return []
+        out = []
+        for option in options if isinstance(options, list) else [options]:
+            name = self._interpolate(str(option), entry)
+            if name is None:
+                continue
+            path = f"{entry.group}/{name}" if entry.group else name
+            implied = ".".join(p for p in path.split("/")[:-1] if p not in ("..", "."))
+            layer = self._load(path, entry, here, _package_path(package, entry.package, implied), depth)
+            if layer is not None:
+                out.append(layer)
+        return out
+
+    def _interpolate(self, option: str, entry: DefaultsEntry) -> str | None:
+        def choice(match: re.Match[str]) -> str:
+            group = match.group(1).split("/")[-1]
+            value = self.overrides.get(group, self.choices.get(group))
+            if not isinstance(value, str):
+                raise KeyError(group)
+            return value
+
+        try:
+            return _CHOICE_RE.sub(choice, option)
+        except KeyError as exc:
+            self.issues.append(ConfigIssue(entry.where, f"{option!r} names the choice of group {exc.args[0]}, which "
+                                                        "no defaults entry makes; skipped", "warning"))
+            return None
+
+    def _load(self, path: str, entry: DefaultsEntry, here: Path | None, package: str,
+              depth: int) -> dict[str, Any] | None:
+        if depth >= MAX_DEFAULTS_DEPTH:
+            self.issues.append(ConfigIssue(entry.where, f"defaults nested deeper than {MAX_DEFAULTS_DEPTH} levels"))
+            return None
+        found = self._find(path, here)
+        if found is not None:
             try:
-                layer = _parse_yaml(path.read_text(encoding="utf-8"), str(path))
+                text = found.read_text(encoding="utf-8")
+                layer = _parse_yaml(text, str(found))
             except ConfigError as exc:
-                issues.extend(ConfigIssue(where, i.message) for i in exc.issues)
+                self.issues.extend(ConfigIssue(entry.where, i.message) for i in exc.issues)
                 return None
             except (OSError, UnicodeDecodeError) as exc:
-                issues.append(ConfigIssue(where, f"cannot read {path}: {exc}"))
+                self.issues.append(ConfigIssue(entry.where, f"cannot read {found}: {exc}"))
                 return None
-            layer, _ = _expand_defaults(layer, path.parent, issues, depth + 1)
-            return layer
-    preset = Path(name).name
-    if preset in DEEPSPEED_PRESETS:
-        return {preset: copy.deepcopy(DEEPSPEED_PRESETS[preset])}
-    issues.append(
-        ConfigIssue(where, f"defaults entry {name!r} not found next to the config; skipped", "warning")
-    )
-    return None
+            header = _header_package(text)
+            if header not in (None, "_group_"):  # _group_: where the entry put it anyway
+                package = _package_path("", header, "")
+            return self.expand(layer, found.parent, package, depth + 1)
+        from trainer.config.importers.builtin import builtin_config  # the frameworks' configs, as data
+
+        builtin = builtin_config(path, self.primary, self.overrides)
+        if builtin is not None:
+            layer, header = builtin
+            return self.expand(layer, None, package if header is None else _package_path("", header, ""), depth + 1)
+        if not entry.optional:
+            self.issues.append(ConfigIssue(entry.where, f"defaults entry {path!r} not found next to the config "
+                                                        "nor built in; skipped", "warning"))
+        return None
+
+    def _find(self, path: str, here: Path | None) -> Path | None:
+        roots = ([here] if here is not None and not path.startswith("/") else []) + self.search_dirs
+        for root in roots:
+            for candidate in (root / path.lstrip("/"), root / f"{path.lstrip('/')}.yaml",
+                              root / f"{path.lstrip('/')}.yml"):
+                if candidate.is_file():
+                    return candidate
+        return None
+
+
+def _search_dirs(raw: Mapping[str, Any], base_dir: Path | None) -> list[Path]:
+    """`hydra.searchpath` folders (file://…, relative to the working directory or the config) for a file
+    given on the command line; pkg:// paths and text sources rely on the built-in configs."""
+    hydra = raw.get("hydra")
+    paths = hydra.get("searchpath") if isinstance(hydra, Mapping) else None
+    if base_dir is None or not isinstance(paths, list):
+        return []
+    dirs = []
+    for item in paths:
+        if isinstance(item, str) and item.startswith("file://"):
+            folder = Path(item.removeprefix("file://"))
+            dirs += [d for d in ([folder] if folder.is_absolute() else [Path.cwd() / folder, base_dir / folder])
+                     if d.is_dir()]
+    return dirs
+
+
+def compose(raw: dict[str, Any], base_dir: Path | None, issues: list[ConfigIssue]) -> tuple[dict[str, Any], set[str]]:
+    """Merge the `defaults:` list of `raw` into it. Returns the merged dict and the top-level keys that
+    defaults layers introduced (helper holders such as `deepspeed_zero2`, or a framework's sections)."""
+    composer = _Composer(primary=copy.deepcopy(raw), search_dirs=_search_dirs(raw, base_dir), issues=issues)
+    merged = composer.expand(raw, base_dir, "", 0)
+    return merged, composer.layer_keys
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +470,62 @@ def _walk_to_parent(
 
 # ---------------------------------------------------------------------------------------------
 # resolution
+
+
+_SELECT = re.compile(r"\$\{oc\.select:\s*([\w.\-]+)\s*(?:,\s*((?:\$\{[^{}]*\}|[^{}])*?))?\s*\}")
+_NOW = re.compile(r"\$\{now:([^{}]*)\}")
+_REFERENCE = re.compile(r"(?<!\\)\$\{\s*([A-Za-z_][\w\-]*)\s*[.}\[]")
+
+
+def rewrite_hydra_resolvers(tree: dict[str, Any]) -> dict[str, Any]:
+    """Hydra's `${oc.select:key,default}` becomes `${key}` when the key exists and the default otherwise
+    (so the size bounds see a plain reference), and `${now:%Y%m%d}` the current time in that format."""
+
+    def rewrite(node: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            return {k: rewrite(v, (*path, str(k))) for k, v in node.items()}
+        if isinstance(node, list):
+            return [rewrite(v, path) for v in node]
+        if not isinstance(node, str) or ("${oc.select:" not in node and "${now:" not in node):
+            return node
+        whole = _SELECT.fullmatch(node.strip())
+        if whole and _select_target(tree, path, whole.group(1)) is None:
+            default = whole.group(2)
+            return None if default is None else parse_override_value(default.strip().strip("'\""))
+        text = _SELECT.sub(lambda m: _select_text(tree, path, m), node)
+        return _NOW.sub(lambda m: datetime.now().strftime(m.group(1)), text)
+
+    return rewrite(tree, ())
+
+
+def _select_target(tree: dict[str, Any], path: tuple[str, ...], key: str) -> str | None:
+    """The absolute dotted key `key` names from the node at `path` (`.x` is a sibling), if it exists."""
+    if key.startswith("."):
+        parent = list(path[:-1])
+        stripped = key[1:]
+        while stripped.startswith("."):
+            parent, stripped = parent[:-1], stripped[1:]
+        key = ".".join([*parent, stripped])
+    node: Any = tree
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return key
+
+
+def _select_text(tree: dict[str, Any], path: tuple[str, ...], match: re.Match[str]) -> str:
+    target = _select_target(tree, path, match.group(1))
+    if target is not None:
+        return "${" + target + "}"
+    default = match.group(2)
+    return "null" if default is None else default.strip().strip("'\"")
+
+
+def referenced_top_level_keys(tree: Mapping[str, Any]) -> set[str]:
+    """Top-level names that `${name…}` interpolations read: ROLL's helper variables (e.g.
+    `max_actions_per_traj` used by custom_envs), dropped after resolution unless they are real fields."""
+    return {m.group(1) for text in _interpolations(tree) for m in _REFERENCE.finditer(text)} & set(tree)
 
 
 def _interpolations(node: Any) -> list[str]:
@@ -426,7 +640,7 @@ def load_raw_with_issues(
     """Like load_raw, but also returns warnings (skipped defaults entries). Raises ConfigError."""
     issues: list[ConfigIssue] = []
     raw, base_dir, _ = _read(source)
-    merged, helper_keys = _expand_defaults(raw, base_dir, issues)
+    merged, helper_keys = compose(raw, base_dir, issues)
     if isinstance(overrides, str):
         overrides = [overrides]
     override_errors: list[ConfigIssue] = []
@@ -443,6 +657,8 @@ def load_raw_with_issues(
         if name not in merged and name in referenced:
             merged[name] = copy.deepcopy(preset)
             helper_keys.add(name)
+    merged = rewrite_hydra_resolvers(merged)
+    helper_keys |= referenced_top_level_keys(merged)
     merged, env_issues = apply_env(merged, env)
     env_issues += bounds.check_resolvers(merged)
     if env_issues:

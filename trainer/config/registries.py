@@ -13,6 +13,23 @@ REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_mod
 # Code-generated verifiable tasks (trainer.data.synthetic.TASKS has the same keys).
 SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 
+# Environments built into the trainer (trainer.envs.registry.ENVS has the same keys); ROLL's
+# `custom_envs.<tag>.env_type` names them.
+ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator")
+
+# ROLL env-manager classes (`*_env_manager.worker_cls`) and what runs them here: ROLL's trajectory
+# managers are the agentic loop (trainer.pipeline.agentic).
+ROLL_ENV_MANAGERS: dict[str, str] = {
+    "roll.pipeline.agentic.environment_worker.EnvironmentWorker": "trajectory",
+    "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "trajectory",
+}
+
+# ROLL env-manager classes that ROLL documents but we do not implement yet (clear error).
+ROLL_UNSUPPORTED_ENV_MANAGERS: dict[str, str] = {
+    "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step-wise env manager",
+    "roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager": "vision-language env manager",
+}
+
 # ROLL reward worker classes we accept, mapped to our reward_type.
 ROLL_REWARD_WORKERS: dict[str, str] = {
     "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker": "math_rule",
@@ -41,6 +58,14 @@ FORWARD_STRATEGIES: tuple[str, ...] = (
     "fsdp2_infer",
     "hf_infer",
     "torch_train",
+)
+
+# Strategies this build runs; validation refuses the others by name, listing what each role may
+# use instead. A backend joins here when its code lands (a test keeps trainer.train / trainer.rollout
+# in step with this set).
+BUILT_STRATEGIES: frozenset[str] = frozenset(
+    {"torch_train", "fsdp2_train", "hf_infer", "vllm", "deepspeed_train", "deepspeed_infer", "fsdp2_infer",
+     "megatron_train", "megatron_infer"}  # megatron: CUDA only (preflight's GPU_ONLY_STRATEGIES)
 )
 
 # Which strategy names each role may use.

@@ -8,6 +8,8 @@ ROLL lacks have a home here too, so the importers never drop a value.
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -23,33 +25,100 @@ PathAccess = Literal["read", "write"]
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit; a larger seed would fail at the first generator
 
 
+@dataclass(frozen=True)
+class Inactive:
+    """Why a field the schema accepts does not act in this build (docs/decisions/0011).
+
+    import_only: kept so that an imported or ROLL config loses nothing, but nothing here reads it.
+    planned: reserved for a backend or feature that is not built yet.
+    Every field without an Inactive acts: the engine reads it (tests/trainer/config/test_field_status.py)."""
+
+    status: Literal["import_only", "planned"]
+    reason: str
+
+
+def import_only(reason: str) -> Inactive:
+    return Inactive("import_only", reason)
+
+
+def planned(feature: str) -> Inactive:
+    return Inactive("planned", f"{feature} is not built yet")
+
+
 def fld(
-    default: Any = ..., *, category: str, description: str, path: PathAccess | None = None, **kwargs: Any
+    default: Any = ...,
+    *,
+    category: str,
+    description: str,
+    path: PathAccess | None = None,
+    inactive: Inactive | None = None,
+    acts_through: str | None = None,
+    common: bool = False,
+    **kwargs: Any,
 ) -> Any:
     """A pydantic Field carrying a description and the form category it is grouped under.
 
     `path` marks a file-system location the run reads or writes: the platform confines those
-    (trainer.config.paths)."""
-    return Field(default, description=description, json_schema_extra=_extra(category, path), **kwargs)
+    (trainer.config.confinement). `inactive` says the engine does not act on it, and why.
+    `acts_through` names the fields a schema validator copies this one into (an older spelling).
+    `common` marks one of the ~20 knobs people change most: the editor's basic view shows only these."""
+    extra = _extra(category, path, inactive, acts_through) | ({"common": True} if common else {})
+    return Field(default, description=description, json_schema_extra=extra, **kwargs)
 
 
 def fld_factory(
-    factory: Any, *, category: str, description: str, path: PathAccess | None = None, **kwargs: Any
+    factory: Any, *, category: str, description: str, path: PathAccess | None = None,
+    inactive: Inactive | None = None, **kwargs: Any,
 ) -> Any:
-    return Field(default_factory=factory, description=description, json_schema_extra=_extra(category, path), **kwargs)
+    extra = _extra(category, path, inactive, None)
+    return Field(default_factory=factory, description=description, json_schema_extra=extra, **kwargs)
 
 
-def _extra(category: str, path: PathAccess | None) -> dict[str, Any]:
-    return {"category": category} if path is None else {"category": category, "path": path}
+def _extra(category: str, path: PathAccess | None, inactive: Inactive | None, acts_through: str | None) -> dict[str, Any]:
+    extra: dict[str, Any] = {"category": category}
+    if path is not None:
+        extra["path"] = path
+    if inactive is not None:
+        extra |= {"status": inactive.status, "status_reason": inactive.reason}
+    if acts_through is not None:
+        extra["acts_through"] = acts_through
+    return extra
 
 
 class Section(BaseModel):
-    """Base of every config section: unknown keys are errors."""
+    """Base of every config section: unknown keys are errors.
+
+    `class X(Section, inactive=planned("…"))` marks every field X declares as inactive (fields that
+    carry their own status keep it)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=False, populate_by_name=True)
 
+    def __init_subclass__(cls, inactive: Inactive | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # `inactive` is applied once pydantic has built the fields
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, inactive: Inactive | None = None, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if inactive is None:
+            return
+        own = inspect.get_annotations(cls)
+        for name, info in cls.model_fields.items():
+            if name in own and isinstance(info.json_schema_extra, dict) and "status" not in info.json_schema_extra:
+                info.json_schema_extra |= {"status": inactive.status, "status_reason": inactive.reason}
+        cls.model_rebuild(force=True)
+
+
+def field_status(model: type[BaseModel], name: str) -> tuple[str, str]:
+    """("acts", "") or (status, reason) of `model.name`."""
+    extra = model.model_fields[name].json_schema_extra
+    if isinstance(extra, dict) and "status" in extra:
+        return extra["status"], extra["status_reason"]
+    return "acts", ""
+
 
 Dtype = Literal["fp32", "bf16", "fp16"]
+# ROLL's step-wise agentic advantage estimators: the schema accepts them, this build cannot run them.
+UNBUILT_ADV_ESTIMATORS = ("gigpo", "step_reinforce", "agentic_reinforce")
 NormType = Literal["batch", "group", "running", "none"]
 AutoInt = int | Literal["auto"]
 AutoFloat = float | Literal["auto"]
@@ -61,7 +130,7 @@ AutoBool = bool | Literal["auto"]
 
 class ModelArgs(Section):
     model_name_or_path: str | None = fld(
-        None, category="Model", path="read",
+        None, category="Model", path="read", common=True,
         description="Local directory (or hub id resolved ahead of time) of the HF-format model this role loads.",
     )
     dtype: Dtype | None = fld(
@@ -82,19 +151,19 @@ class ModelArgs(Section):
         description="Allow model repositories that ship their own modelling code. Off by default for safety.",
     )
     model_type: Literal["auto_sequence_classification", "auto_token_classification", "trl"] | None = fld(
-        None, category="Model",
+        None, category="Model", inactive=import_only("the critic is a value head on the causal LM; reward_model loads a sequence classifier"),
         description="Head put on top of the model for scoring roles (reward model / critic); unset for a causal LM.",
     )
     num_labels: int = fld(
-        1, category="Model", ge=1,
+        1, category="Model", inactive=import_only("the critic is a value head on the causal LM; reward_model loads a sequence classifier"), ge=1,
         description="Number of outputs of a classification head (1 for a scalar reward or value).",
     )
     moe_aux_loss_coef: float | None = fld(
-        None, category="Model",
+        None, category="Model", inactive=import_only("set the model's router loss weight through model_config_kwargs"),
         description="Weight of the router load-balancing loss of mixture-of-experts models; unset keeps the model's own.",
     )
     freeze_module_prefix: str | None = fld(
-        None, category="Model",
+        None, category="Model", inactive=planned("partial freezing"),
         description="Comma-separated parameter-name prefixes that are kept frozen during training.",
     )
     model_config_kwargs: dict[str, Any] = fld_factory(
@@ -102,20 +171,55 @@ class ModelArgs(Section):
         description="Values that override entries of the model's config.json at load time (e.g. dropout).",
     )
     lora_rank: int | None = fld(
-        None, category="Model", ge=1,
+        None, category="Model", inactive=planned("LoRA"), ge=1,
         description="Train low-rank adapters of this rank instead of all weights; unset trains the full model.",
     )
     lora_alpha: int | None = fld(
-        None, category="Model", ge=1, description="Scaling numerator of the LoRA update (alpha / rank)."
+        None, category="Model", inactive=planned("LoRA"), ge=1, description="Scaling numerator of the LoRA update (alpha / rank)."
     )
     lora_target: str | None = fld(
-        None, category="Model",
+        None, category="Model", inactive=planned("LoRA"),
         description="Comma-separated module names that receive LoRA adapters (e.g. q_proj,v_proj), or all-linear.",
     )
+    lora_dropout: float = fld(0.0, category="Model", inactive=planned("LoRA"), ge=0, lt=1,
+                              description="Dropout on the LoRA adapters' input.")
+    additional_target: str | None = fld(
+        None, category="Model", inactive=planned("LoRA"),
+        description="Comma-separated modules besides the adapters that are trained and saved with them.",
+    )
+    autocast_adapter_dtype: bool = fld(True, category="Model", inactive=planned("LoRA"),
+                                       description="Keep LoRA adapter weights in float32 when the model is 16-bit.")
+    adapter_name_or_path: str | None = fld(
+        None, category="Model", inactive=planned("LoRA"), path="read",
+        description="Folder of trained LoRA adapters to load on top of the model.",
+    )
+    ulysses_size: int = fld(
+        1, category="Model", inactive=planned("Ulysses sequence parallelism"), ge=1,
+        description="ROLL's Ulysses group size: ranks that split each sequence (attention all-to-all).",
+    )
+    gradient_checkpointing_use_reentrant: bool | None = fld(
+        None, category="Model", inactive=import_only("gradient checkpointing uses the model's default implementation"),
+        description="torch.utils.checkpoint's reentrant variant; unset picks it per model (ROLL: reentrant for MoE).",
+    )
+    device_map: str | None = fld(
+        None, category="Model", inactive=import_only("each worker loads the model onto its own device"),
+        description="transformers' from_pretrained device_map (ROLL's default: balanced).",
+    )
+    vision_dp: bool = fld(False, category="Model", inactive=import_only("multi-modal models are not supported"),
+                          description="Spread the vision tower over the Ulysses ranks.")
+    flash_attn: str | None = fld(
+        None, category="Model", inactive=import_only("the attention kernel is attn_implementation"),
+        description="Older ROLL/LLaMA-Factory spelling of the attention kernel (auto, sdpa, fa2, disabled).",
+    )
+
+    @field_validator("attn_implementation", mode="before")
+    @classmethod
+    def _auto_is_unset(cls, value: Any) -> Any:
+        return None if value == "auto" else value  # ROLL: auto keeps the model's own kernel
 
 
 class TrainingArgs(Section):
-    learning_rate: float = fld(1e-6, category="Optimizer", gt=0, description="Peak learning rate of the optimizer.")
+    learning_rate: float = fld(1e-6, category="Optimizer", gt=0, common=True, description="Peak learning rate of the optimizer.")
     weight_decay: float = fld(0.0, category="Optimizer", ge=0, description="Decoupled (AdamW) weight decay.")
     adam_beta1: float = fld(0.9, category="Optimizer", ge=0, lt=1, description="AdamW first-moment decay.")
     adam_beta2: float = fld(0.999, category="Optimizer", ge=0, lt=1, description="AdamW second-moment decay.")
@@ -125,11 +229,11 @@ class TrainingArgs(Section):
         description="Clip the global gradient L2 norm to this value before each optimizer step; unset disables clipping.",
     )
     per_device_train_batch_size: int = fld(
-        1, category="Batch sizes", ge=1,
+        1, category="Batch sizes", ge=1, common=True,
         description="Samples in one forward/backward pass on one data-parallel rank (micro-batch).",
     )
     gradient_accumulation_steps: int = fld(
-        1, category="Batch sizes", ge=1,
+        1, category="Batch sizes", ge=1, common=True,
         description="Micro-batches accumulated per rank before one optimizer step.",
     )
     warmup_steps: int = fld(
@@ -148,7 +252,7 @@ class TrainingArgs(Section):
         description="Floor of the decaying schedules, as a fraction of learning_rate.",
     )
     num_train_epochs: float = fld(
-        1.0, category="Optimizer", gt=0,
+        1.0, category="Optimizer", inactive=import_only("the pipeline's max_steps sets the length of training"), gt=0,
         description="Passes over the prompt set; max_steps, when set, takes precedence.",
     )
     max_steps: int = fld(
@@ -157,9 +261,9 @@ class TrainingArgs(Section):
     )
     seed: int | None = fld(None, category="Optimizer", ge=0, le=SEED_MAX, description="Seed for this role; unset uses the pipeline seed.")
     data_seed: int | None = fld(None, category="Optimizer", ge=0, le=SEED_MAX, description="Seed of the data sampler; unset uses seed.")
-    dataloader_num_workers: int = fld(0, category="Data", ge=0, description="Background processes loading data.")
-    bf16: bool = fld(False, category="Optimizer", description="Mixed precision in bfloat16 (implied by dtype bf16).")
-    fp16: bool = fld(False, category="Optimizer", description="Mixed precision in float16 (implied by dtype fp16).")
+    dataloader_num_workers: int = fld(0, category="Data", inactive=import_only("prompts are tokenized once, in the driver"), ge=0, description="Background processes loading data.")
+    bf16: bool = fld(False, category="Optimizer", inactive=import_only("set model_args.dtype, or the strategy's mixed precision (fsdp2_train: param_dtype)"), description="Mixed precision in bfloat16 (implied by dtype bf16).")
+    fp16: bool = fld(False, category="Optimizer", inactive=import_only("set model_args.dtype, or the strategy's mixed precision (fsdp2_train: param_dtype)"), description="Mixed precision in float16 (implied by dtype fp16).")
     tf32: bool | None = fld(None, category="Optimizer", description="Allow TF32 matmuls on Ampere+ GPUs.")
     optim: Literal["adamw_torch", "adamw", "adam", "sgd"] = fld(
         "adamw_torch", category="Optimizer", description="Optimizer algorithm."
@@ -184,7 +288,7 @@ class DataArgs(Section):
         "none feeds the raw prompt text.",
     )
     file_name: str | list[str] | None = fld(
-        None, category="Data", path="read",
+        None, category="Data", path="read", common=True,
         description="Prompt file(s): JSON, JSONL, CSV or Parquet. Exclusive with synthetic.",
     )
     eval_file_name: str | list[str] | None = fld(
@@ -210,7 +314,7 @@ class DataArgs(Section):
         None, category="Data", ge=1, description="Use at most this many rows of the file (for debugging)."
     )
     preprocessing_num_workers: int | None = fld(
-        None, category="Data", ge=1, description="Processes used to tokenize the dataset."
+        None, category="Data", inactive=import_only("prompts are tokenized once, in the driver"), ge=1, description="Processes used to tokenize the dataset."
     )
     truncation_side: Literal["left", "right", "drop", "error"] = fld(
         "error", category="Data",
@@ -218,11 +322,19 @@ class DataArgs(Section):
         "leave the sample out (counted in one warning), or report an error.",
     )
     domain_interleave_probs: dict[str, float] | None = fld(
-        None, category="Data", description="Sampling probability of each domain tag inside one rollout batch."
+        None, category="Data", inactive=planned("domain-interleaved sampling"), description="Sampling probability of each domain tag inside one rollout batch."
     )
     shuffle: bool = fld(True, category="Data", description="Shuffle prompts at each pass over the data.")
     synthetic: SyntheticData | None = fld(
         None, category="Data", description="Generate prompts with a built-in verifiable task instead of a file."
+    )
+    cache_path: str | None = fld(
+        None, category="Data", inactive=import_only("prompts are tokenized once per run; nothing is cached"),
+        path="write", description="Folder where ROLL caches the preprocessed dataset.",
+    )
+    dataset_type: str | list[str] | None = fld(
+        None, category="Data", inactive=import_only("the file format follows the file extension"),
+        description="ROLL's dataset loader type per file (e.g. json).",
     )
 
 
@@ -232,12 +344,12 @@ class GeneratingArgs(Section):
         description="Most tokens sampled per response; unset uses response_length.",
     )
     max_length: int | None = fld(
-        None, category="Generation", ge=1,
+        None, category="Generation", inactive=import_only("max_new_tokens (or response_length) bounds each response"), ge=1,
         description="Cap on prompt plus response tokens; max_new_tokens wins when both are set.",
     )
     min_new_tokens: int | None = fld(None, category="Generation", ge=0, description="Fewest tokens sampled per response.")
     temperature: float = fld(
-        1.0, category="Generation", ge=0, description="Softmax temperature; 0 means greedy decoding."
+        1.0, category="Generation", ge=0, common=True, description="Softmax temperature; 0 means greedy decoding."
     )
     top_p: float = fld(1.0, category="Generation", gt=0, le=1, description="Nucleus sampling mass (1 disables it).")
     top_k: int = fld(-1, category="Generation", ge=-1, description="Keep only the k most likely tokens (-1 or 0 disables it).")
@@ -245,14 +357,14 @@ class GeneratingArgs(Section):
         0.0, category="Generation", ge=0, le=1,
         description="Drop tokens whose probability is below min_p times the top token's (0 disables it).",
     )
-    num_beams: int = fld(1, category="Generation", ge=1, description="Beam search width; 1 samples without beams.")
+    num_beams: int = fld(1, category="Generation", inactive=import_only("RL sampling does not use beam search"), ge=1, description="Beam search width; 1 samples without beams.")
     num_return_sequences: int = fld(
-        1, category="Generation", ge=1,
+        1, category="Generation", inactive=import_only("training samples num_return_sequences_in_group and evaluation val_n_sample responses per prompt"), ge=1,
         description="Responses per prompt of one request; training rollouts use num_return_sequences_in_group "
         "and evaluation uses val_n_sample instead.",
     )
     repetition_penalty: float = fld(1.0, category="Generation", gt=0, description="Penalty on repeated tokens (1 = none).")
-    length_penalty: float = fld(1.0, category="Generation", description="Length exponent used by beam search.")
+    length_penalty: float = fld(1.0, category="Generation", inactive=import_only("RL sampling does not use beam search"), description="Length exponent used by beam search.")
     do_sample: bool = fld(True, category="Generation", description="Sample tokens; false decodes greedily.")
     stop_strings: list[str] | None = fld(
         None, category="Generation", description="Generation stops once any of these strings appears."
@@ -261,11 +373,19 @@ class GeneratingArgs(Section):
         None, category="Generation", description="Generation stops at any of these token ids (besides EOS)."
     )
     ignore_eos: bool = fld(False, category="Generation", description="Keep generating after the EOS token.")
+    include_stop_str_in_output: bool = fld(
+        True, category="Generation",
+        inactive=import_only("a response always keeps the token that completes a stop string"),
+        description="Keep the stop string at the end of the response (vLLM's sampling option).",
+    )
     seed: int | None = fld(None, category="Generation", ge=0, le=SEED_MAX, description="Sampling seed; unset derives it from the pipeline seed.")
 
 
 # ---------------------------------------------------------------------------------------------
 # strategy configs, typed per strategy_name
+
+
+MEGATRON_MOE = planned("Mixture-of-experts models under megatron_train / megatron_infer (Qwen2 and Llama are dense)")
 
 
 class MegatronConfig(Section):
@@ -275,13 +395,16 @@ class MegatronConfig(Section):
         None, category="Strategy", ge=1, description="Model chunks per pipeline stage (interleaved schedule)."
     )
     context_parallel_size: int = fld(
-        1, category="Strategy", ge=1, description="Context-parallel degree (CP): long sequences split across ranks."
+        1, category="Strategy", ge=1,
+        description="Context-parallel degree (CP): long sequences split across ranks. This build runs 1 only.",
     )
     expert_model_parallel_size: int = fld(
-        1, category="Strategy", ge=1, description="Expert-parallel degree (EP) for mixture-of-experts layers."
+        1, category="Strategy", ge=1, inactive=MEGATRON_MOE,
+        description="Expert-parallel degree (EP) for mixture-of-experts layers.",
     )
     expert_tensor_parallel_size: int | None = fld(
-        None, category="Strategy", ge=1, description="Tensor-parallel degree inside experts; unset uses TP."
+        None, category="Strategy", ge=1, inactive=MEGATRON_MOE,
+        description="Tensor-parallel degree inside experts; unset uses TP.",
     )
     sequence_parallel: bool = fld(
         False, category="Strategy", description="Shard layer-norm and dropout activations along the sequence (needs TP > 1)."
@@ -296,13 +419,15 @@ class MegatronConfig(Section):
     recompute_num_layers: int | None = fld(
         None, category="Strategy", ge=1, description="Layers recomputed per chunk (uniform) or per stage (block)."
     )
-    moe_layer_recompute: bool = fld(False, category="Strategy", description="Recompute mixture-of-experts layers.")
+    moe_layer_recompute: bool = fld(False, category="Strategy", inactive=MEGATRON_MOE,
+                                    description="Recompute mixture-of-experts layers.")
     moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = fld(
-        "allgather", category="Strategy", description="How tokens are routed to experts."
+        "allgather", category="Strategy", inactive=MEGATRON_MOE, description="How tokens are routed to experts."
     )
-    moe_grouped_gemm: bool = fld(False, category="Strategy", description="Run all local experts as one grouped GEMM.")
+    moe_grouped_gemm: bool = fld(False, category="Strategy", inactive=MEGATRON_MOE,
+                                 description="Run all local experts as one grouped GEMM.")
     moe_shared_expert_overlap: bool = fld(
-        False, category="Strategy", description="Overlap shared-expert compute with token dispatch."
+        False, category="Strategy", inactive=MEGATRON_MOE, description="Overlap shared-expert compute with token dispatch."
     )
     overlap_grad_reduce: bool = fld(
         False, category="Strategy", description="Overlap gradient reduction with the backward pass."
@@ -318,6 +443,23 @@ class MegatronConfig(Section):
     )
     account_for_loss_in_pipeline_split: bool = fld(
         False, category="Strategy", description="Count the loss head as a layer when splitting pipeline stages."
+    )
+    param_offload: bool = fld(
+        False, category="Strategy", inactive=planned("Megatron offload between phases"),
+        description="Move parameters to CPU memory while the role is idle (colocation).",
+    )
+    grad_offload: bool = fld(False, category="Strategy", inactive=planned("Megatron offload between phases"),
+                             description="Move gradients to CPU memory while idle.")
+    optimizer_offload: bool = fld(
+        False, category="Strategy", inactive=planned("Megatron offload between phases"),
+        description="Move optimizer state to CPU memory while the role is idle.",
+    )
+    use_dist_checkpointing: bool = fld(
+        False, category="Strategy",
+        description="Load the initial weights from a Megatron distributed checkpoint instead of the HF model.",
+    )
+    dist_checkpointing_path: str | None = fld(
+        None, category="Strategy", path="read", description="Folder of that distributed checkpoint."
     )
 
 
@@ -351,11 +493,24 @@ class ZeroOptimization(Section):
         None, category="Strategy", description="Stage-3: keep a parameter if it is reused within this distance."
     )
     stage3_gather_16bit_weights_on_model_save: bool | None = fld(
-        None, category="Strategy", description="Stage-3: gather full 16-bit weights when saving."
+        True, category="Strategy",
+        inactive=import_only("deepspeed_train always gathers the full weights for the HF checkpoint and weight sync"),
+        description="Stage-3: gather full 16-bit weights when saving.",
     )
     zero_hpz_partition_size: int | None = fld(
         None, category="Strategy", ge=1, description="Hierarchical partition size (ZeRO++ hpZ)."
     )
+
+    @model_validator(mode="after")
+    def _offload_needs_partitions(self) -> ZeroOptimization:
+        """DeepSpeed offloads only what ZeRO partitions: optimizer state from stage 1, parameters at stage 3."""
+        if self.offload_optimizer is not None and self.offload_optimizer.device != "none" and self.stage < 1:
+            raise ValueError("offload_optimizer needs stage 1, 2 or 3 (stage 0 keeps whole optimizer "
+                             "state on every rank); set stage or offload_optimizer.device: none")
+        if self.offload_param is not None and self.offload_param.device != "none" and self.stage != 3:
+            raise ValueError(f"offload_param needs stage 3 (only stage 3 partitions parameters), got stage "
+                             f"{self.stage}; set stage: 3 or offload_param.device: none")
+        return self
 
 
 class PrecisionToggle(Section):
@@ -368,7 +523,8 @@ class PrecisionToggle(Section):
 
 
 class DeepSpeedConfig(Section):
-    """DeepSpeed's JSON config, the part RL training uses. `auto` lets the trainer fill a value."""
+    """DeepSpeed's JSON config, the part RL training uses (deepspeed_train / deepspeed_infer). `auto` lets
+    the trainer fill a value; the batch keys and gradient_clipping are derived (trainer.config.presets)."""
 
     train_batch_size: AutoInt | None = fld(None, category="Strategy", description="Global batch; keep auto.")
     train_micro_batch_size_per_gpu: AutoInt | None = fld(
@@ -386,10 +542,19 @@ class DeepSpeedConfig(Section):
     bf16: PrecisionToggle | None = fld(None, category="Strategy", description="bfloat16 mixed precision.")
     fp16: PrecisionToggle | None = fld(None, category="Strategy", description="float16 mixed precision.")
     zero_allow_untested_optimizer: bool | None = fld(
-        None, category="Strategy", description="Allow optimizers DeepSpeed has not tested with ZeRO."
+        True, category="Strategy",
+        description="Allow optimizers DeepSpeed has not tested with ZeRO (training_args.optim: sgd needs it).",
     )
     steps_per_print: int | None = fld(None, category="Strategy", description="DeepSpeed's own logging interval.")
     wall_clock_breakdown: bool | None = fld(None, category="Strategy", description="Print timing breakdowns.")
+
+    @model_validator(mode="after")
+    def _bf16_has_no_loss_scale(self) -> DeepSpeedConfig:
+        given = self.bf16.model_dump(exclude_none=True, exclude={"enabled"}) if self.bf16 is not None else {}
+        scaling = sorted(given)
+        if scaling:
+            raise ValueError(f"bf16.{scaling[0]}: bf16 needs no loss scaling; loss-scale settings belong under fp16")
+        return self
 
 
 class Fsdp2Config(Section):
@@ -407,9 +572,30 @@ class Fsdp2Config(Section):
     )
     offload_pin_memory: bool = fld(False, category="Strategy", description="Pin CPU memory used for offload.")
     ulysses_sequence_parallel_size: int = fld(
-        1, category="Strategy", ge=1,
+        1, category="Strategy", inactive=planned("Ulysses sequence parallelism"), ge=1,
         description="Ranks that split each sequence (Ulysses attention); data-parallel size is world / this.",
     )
+    offload_policy: bool = fld(
+        False, category="Strategy", acts_through="cpu_offload",
+        description="ROLL's name for FSDP2's CPU offload policy; true turns cpu_offload on.",
+    )
+    wrap_policy: dict[str, Any] | None = fld(
+        None, category="Strategy", inactive=import_only("FSDP2 shards each decoder layer; the wrap policy is fixed"),
+        description="Which modules are sharded as units (ROLL: transformer_layer_cls_to_wrap).",
+    )
+
+    @field_validator("param_dtype", "reduce_dtype", mode="before")
+    @classmethod
+    def _torch_dtype_names(cls, value: Any) -> Any:
+        """ROLL writes torch's names (float32, bfloat16, float16)."""
+        names = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+        return names.get(value, value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _offload_policy_offloads(self) -> Fsdp2Config:
+        if self.offload_policy and "cpu_offload" not in self.model_fields_set:
+            self.cpu_offload = True
+        return self
 
 
 class TorchTrainConfig(Section):
@@ -424,7 +610,10 @@ class VllmConfig(Section):
     gpu_memory_utilization: float = fld(
         0.6, category="Strategy", gt=0, le=1, description="Fraction of GPU memory vLLM may take (weights + KV cache)."
     )
-    block_size: int = fld(16, category="Strategy", ge=1, description="Tokens per KV-cache block.")
+    block_size: int | None = fld(
+        None, category="Strategy", ge=1,
+        description="Tokens per KV-cache block; unset lets the attention backend choose (CPU needs a multiple of 32).",
+    )
     max_model_len: int | None = fld(
         None, category="Strategy", ge=1,
         description="Longest prompt + response the engine accepts; unset derives it from the model config.",
@@ -434,8 +623,11 @@ class VllmConfig(Section):
         description="How the engine loads weights; dummy skips loading since the trainer pushes weights at start.",
     )
     tensor_parallel_size: int = fld(1, category="Strategy", ge=1, description="GPUs one engine shards a model over.")
-    pipeline_parallel_size: int = fld(1, category="Strategy", ge=1, description="Pipeline stages of one engine.")
-    enforce_eager: bool = fld(False, category="Strategy", description="Disable CUDA graphs (faster start, slower decode).")
+    pipeline_parallel_size: int = fld(1, category="Strategy", inactive=planned("pipeline-parallel vLLM engines"), ge=1, description="Pipeline stages of one engine.")
+    enforce_eager: bool = fld(
+        False, category="Strategy",
+        description="Disable CUDA graphs and torch.compile (faster start, slower decode; on CPU start takes seconds).",
+    )
     enable_prefix_caching: bool = fld(False, category="Strategy", description="Reuse KV cache of shared prompt prefixes.")
     enable_chunked_prefill: bool | None = fld(None, category="Strategy", description="Split long prefills into chunks.")
     sleep_level: Literal[1, 2] = fld(
@@ -445,9 +637,14 @@ class VllmConfig(Section):
     max_num_batched_tokens: int | None = fld(None, category="Strategy", ge=1, description="Token budget per engine step.")
     max_num_seqs: int | None = fld(None, category="Strategy", ge=1, description="Most sequences decoded concurrently.")
     disable_log_stats: bool = fld(True, category="Strategy", description="Silence periodic engine statistics.")
+    kv_cache_memory_bytes: int | None = fld(
+        None, category="Strategy", ge=1,
+        description="KV-cache size in bytes, instead of what gpu_memory_utilization leaves. Unset on CPU: 1 GiB "
+        "(vLLM would otherwise reserve most of the node's memory; VLLM_CPU_KVCACHE_SPACE in GiB overrides).",
+    )
 
 
-class SglangConfig(Section):
+class SglangConfig(Section, inactive=planned("the sglang engine")):
     mem_fraction_static: float = fld(
         0.8, category="Strategy", gt=0, le=1, description="Fraction of GPU memory for weights and KV cache."
     )
@@ -515,7 +712,7 @@ StrategyArgs = Annotated[
 
 
 class WorkerConfig(Section):
-    name: str | None = fld(None, category="Cluster", description="Display name of the role (defaults to its key).")
+    name: str | None = fld(None, category="Cluster", inactive=import_only("roles are named by their key"), description="Display name of the role (defaults to its key).")
     worker_cls: str | None = fld(
         None, category="Cluster",
         description="ROLL worker class path, accepted for compatibility; it is looked up in a registry of known "
@@ -532,12 +729,12 @@ class WorkerConfig(Section):
         None, category="Generation", description="Sampling settings (actor_infer and validation)."
     )
     strategy_args: StrategyArgs | None = fld(
-        None, category="Strategy",
+        None, category="Strategy", common=True,
         description="Backend of the role: strategy_name and its typed strategy_config. Unset: torch_train for "
         "training roles, hf_infer for generation and forward-only roles.",
     )
     device_mapping: list[int] | None = fld(
-        None, category="Cluster",
+        None, category="Cluster", common=True,
         description="Device ids the role runs on, as a list or an expression such as list(range(0,8)) "
         "(parsed, never executed). Roles whose devices overlap are colocated and take turns. Unset: one CPU worker.",
     )
@@ -553,20 +750,80 @@ class WorkerConfig(Section):
         16, category="Batch sizes", ge=1, description="Micro-batch for forward-only passes (log-probs, values, scores)."
     )
     model_update_frequency: int = fld(
-        1, category="Cluster", ge=1, description="Push new weights to this role every this many training steps."
+        1, category="Cluster", inactive=import_only("new weights are pushed after every update"), ge=1, description="Push new weights to this role every this many training steps."
     )
     use_dynamic_bsz: bool = fld(
-        False, category="Batch sizes",
+        False, category="Batch sizes", inactive=planned("token-budget micro-batching"),
         description="Pack micro-batches by token count (max_token_len_per_gpu) instead of a fixed sample count.",
     )
     max_token_len_per_gpu: int | None = fld(
-        None, category="Batch sizes", ge=1, description="Token budget of one packed micro-batch when use_dynamic_bsz."
+        None, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1, description="Token budget of one packed micro-batch when use_dynamic_bsz."
     )
-    backend_timeout: int = fld(
-        30, category="Cluster", ge=1, description="Minutes a collective may wait before the process group fails."
+    backend_timeout: float = fld(
+        30, category="Cluster", gt=0,
+        description="Minutes a collective may wait before the process group fails (fractions allowed); the run "
+        "then fails naming the role and the ranks that never joined.",
     )
     system_envs: dict[str, str] = fld_factory(
         dict, category="Cluster", description="Environment variables set in this role's worker processes."
+    )
+    pg_variant: str | None = fld(
+        None, category="Loss", inactive=import_only("the policy objective is the pipeline's policy_loss"),
+        description="ROLL's policy-gradient variant of this role's worker.",
+    )
+    topr_positive_weight: float = fld(
+        1.0, category="Loss", inactive=planned("per-sign TOPR weights"), description="TOPR loss weight of positive samples."
+    )
+    topr_negative_weight: float = fld(
+        1.0, category="Loss", inactive=planned("per-sign TOPR weights"), description="TOPR loss weight of negative samples."
+    )
+    max_concurrency: int = fld(
+        1, category="Cluster", inactive=import_only("Ray actor concurrency is set by the worker groups"), ge=1,
+        description="Concurrent calls one Ray actor of this role accepts.",
+    )
+    use_dynamic_batching_in_train: bool = fld(
+        False, category="Batch sizes", inactive=planned("token-budget micro-batching"),
+        description="Group training sequences of similar length into micro-batches of a token budget.",
+    )
+    max_tokens_per_microbatch_in_train: int = fld(
+        0, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=0,
+        description="Token budget of one training micro-batch with dynamic batching.",
+    )
+    sequence_length_round_in_train: int = fld(
+        4, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1,
+        description="Padded lengths are rounded up to a multiple of this with dynamic batching.",
+    )
+    use_dynamic_batching_in_infer: bool = fld(
+        False, category="Batch sizes", inactive=planned("token-budget micro-batching"),
+        description="Group forward-only sequences of similar length into micro-batches of a token budget.",
+    )
+    max_tokens_per_microbatch_in_infer: int | None = fld(
+        None, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1,
+        description="Token budget of one forward-only micro-batch with dynamic batching.",
+    )
+    sequence_length_round_in_infer: int = fld(
+        4, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1,
+        description="Padded lengths are rounded up to a multiple of this (forward-only dynamic batching).",
+    )
+    offload_nccl: bool = fld(
+        False, category="Cluster", inactive=import_only("NCCL buffers stay allocated"),
+        description="Free NCCL communication buffers while the role is idle.",
+    )
+    use_sequence_packing: bool = fld(
+        False, category="Batch sizes", inactive=planned("sequence packing"),
+        description="Concatenate sequences into packed rows without padding (ROLL: Megatron only).",
+    )
+    sequence_packing_args: dict[str, Any] = fld_factory(
+        dict, category="Batch sizes", inactive=planned("sequence packing"),
+        description="Packing settings: algorithm (none or load_balance), packed lengths, micro-batch counts.",
+    )
+    logits_in_fp32: bool = fld(
+        True, category="Model", inactive=import_only("log-probs are computed from float32 logits"),
+        description="Compute logits in float32 before the log-softmax.",
+    )
+    apply_loss_scale: bool = fld(
+        True, category="Loss", inactive=import_only("losses are normalised over the whole global batch already"),
+        description="Scale the loss by DP × accumulation so gradients match one pass over the global batch.",
     )
 
     @field_validator("device_mapping", mode="before")
@@ -579,7 +836,7 @@ class WorkerConfig(Section):
         return value
 
 
-class QueryFilterConfig(Section):
+class QueryFilterConfig(Section, inactive=planned("reward-based filtering")):
     type: Literal["no_filter", "mean_filter", "std_filter"] = fld(
         "no_filter", category="Reward processing",
         description="Drop prompt groups whose rewards carry no learning signal (mean or spread out of range).",
@@ -598,20 +855,54 @@ class RewardWorkerConfig(WorkerConfig):
         list, category="Reward processing", description="Domain tags this reward scores; empty scores every sample."
     )
     query_filter_config: QueryFilterConfig | None = fld(
-        None, category="Reward processing", description="Filtering of prompt groups by their rewards."
+        None, category="Reward processing", inactive=planned("reward-based filtering of prompt groups"), description="Filtering of prompt groups by their rewards."
     )
     response_filter_config: QueryFilterConfig | None = fld(
-        None, category="Reward processing", description="Filtering of single responses by their rewards."
+        None, category="Reward processing", inactive=planned("reward-based filtering of responses"), description="Filtering of single responses by their rewards."
     )
     format_pattern: str | None = fld(
-        None, category="Reward processing", description="Regular expression a well-formatted response matches."
+        None, category="Reward processing", inactive=import_only("the format reward checks the chat template's answer format"), description="Regular expression a well-formatted response matches."
     )
     response_length_penalty_coef: float = fld(
-        0.0, category="Reward processing", ge=0, description="Reward subtracted per response token (length penalty)."
+        0.0, category="Reward processing", inactive=planned("a per-token length penalty"), ge=0, description="Reward subtracted per response token (length penalty)."
     )
     reward_kwargs: dict[str, Any] = fld_factory(
         dict, category="Reward processing", description="Arguments passed to the reward function."
     )
+    scoring_mode: Literal["soft", "hard"] | None = fld(
+        None, category="Reward processing",
+        inactive=import_only("soft/hard scoring belongs to ROLL's IFEval and CrossThinkQA workers"),
+        description="ROLL's `reward_type: soft|hard` (partial or all-or-nothing credit); read from reward_type.",
+    )
+    code_url: str | None = fld(None, category="Reward processing", inactive=planned("code-sandbox rewards"),
+                               description="Sandbox service that runs generated code.")
+    use_local: bool = fld(True, category="Reward processing", inactive=planned("code-sandbox rewards"),
+                          description="Run the checker locally instead of through code_url.")
+    judge_prompt: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
+                                   description="Name of the prompt template the judge model scores with.")
+    judge_model_type: Literal["api", "inference"] | None = fld(
+        None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
+        description="api: call judge_api_url; inference: run the judge model of this reward worker.",
+    )
+    judge_model_name: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
+                                       description="Model name sent to the judge API.")
+    judge_api_url: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
+                                    description="Endpoint of the judge API.")
+    judge_api_key: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
+                                    description="Key of the judge API (prefer ${oc.env:…} over writing it here).")
+    reward_manager_config: list[dict[str, Any]] = fld_factory(
+        list, category="Reward processing", inactive=planned("reward-system plugins"),
+        description="ROLL's reward-system plugins of this worker.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _roll_scoring_mode(cls, data: Any) -> Any:
+        """ROLL's reward_type soft/hard is a scoring mode of its worker_cls, not a reward function."""
+        if isinstance(data, dict) and data.get("reward_type") in ("soft", "hard"):
+            data = {**data, "scoring_mode": data["reward_type"]}
+            data.pop("reward_type")
+        return data
 
 
 class CheckpointConfig(Section):
@@ -630,15 +921,23 @@ class CheckpointConfig(Section):
 class RewardNormalization(Section):
     grouping: Literal["state", "batch", "inductive"] = fld(
         "state", category="Agentic",
-        description="Which trajectories are normalised together: same start state, whole batch, or by tag.",
+        description="Which trajectories are normalised together: same start state, whole batch, or by tag. "
+        "ROLL main's traj_group_id (one env group's trajectories, which share the start state) reads as state.",
     )
     method: Literal["asym_clip", "identity", "mean_std", "mean"] = fld(
-        "identity", category="Agentic", description="Normalisation applied inside a group."
+        "identity", category="Agentic",
+        description="Normalisation inside a group: none, minus the mean, standardised, or standardised and "
+        "clipped to [-1, 3] (docs/algorithms.md).",
     )
+
+    @field_validator("grouping", mode="before")
+    @classmethod
+    def _roll_main_grouping(cls, value: Any) -> Any:
+        return "state" if value == "traj_group_id" else value
 
 
 class EnvManagerConfig(Section):
-    env_groups: int = fld(1, category="Agentic", ge=1, description="Environment groups run in parallel.")
+    env_groups: int = fld(1, category="Agentic", ge=1, description="Environment groups, played in lockstep.")
     group_size: int = fld(
         1, category="Agentic", ge=1,
         description="Environments per group; all share one configuration and seed, so they form one "
@@ -648,23 +947,97 @@ class EnvManagerConfig(Section):
     n_groups: list[int] | None = fld(
         None, category="Agentic", description="Groups given to each tag; unset splits env_groups evenly."
     )
-    max_traj_per_env: int = fld(-1, category="Agentic", description="Trajectories per environment (-1: no limit).")
-    max_env_num_per_worker: int = fld(0, category="Agentic", ge=0, description="Environments per worker (0: all).")
+    max_traj_per_env: int = fld(
+        -1, category="Agentic",
+        description="Most trajectories one environment may play per batch (-1: no limit); a batch needing "
+        "more is refused.",
+    )
+    max_env_num_per_worker: int = fld(
+        0, category="Agentic", ge=0, inactive=import_only("environments run in the driver process, all in lockstep"),
+        description="Environments per worker (0: all).",
+    )
     format_penalty: float = fld(
         0.0, category="Agentic", le=0, description="Reward added (a value <= 0) when a reply breaks the action format."
     )
     worker_cls: str | None = fld(
         None, category="Agentic", description="ROLL env-manager class path (looked up in a registry, never imported)."
     )
+    num_env_groups: int | None = fld(
+        None, category="Agentic", ge=1, acts_through="env_groups",
+        description="ROLL main's name of env_groups (copied into it when env_groups is unset).",
+    )
+    num_groups_partition: list[int] | None = fld(
+        None, category="Agentic", acts_through="n_groups",
+        description="ROLL main's name of n_groups (copied into it when n_groups is unset).",
+    )
+    group_size_redundancy: int = fld(
+        0, category="Agentic", ge=0, inactive=import_only("groups are played in lockstep; none is abandoned"),
+        description="Extra environments per group whose late trajectories ROLL may drop.",
+    )
+    llm_proxy: dict[str, Any] = fld_factory(
+        dict, category="Agentic", inactive=import_only("the policy being trained plays every environment"),
+        description="ROLL's LLM proxy (policy, openai or random) that plays the environments.",
+    )
+    group_filter_cls: str | None = fld(
+        None, category="Agentic", inactive=import_only("classes named in a config are never imported"),
+        description="ROLL's group-level filter class.",
+    )
+    system_envs: dict[str, str] = fld_factory(
+        dict, category="Agentic", inactive=import_only("environments run in the driver process"),
+        description="Environment variables of ROLL's environment workers.",
+    )
+
+    @model_validator(mode="after")
+    def _roll_main_names(self) -> EnvManagerConfig:
+        if self.num_env_groups is not None and "env_groups" not in self.model_fields_set:
+            self.env_groups = self.num_env_groups
+        if self.num_groups_partition is not None and "n_groups" not in self.model_fields_set:
+            self.n_groups = list(self.num_groups_partition)
+        return self
 
 
 class CustomEnvConfig(Section):
-    env_type: str = fld(..., category="Agentic", description="Registered environment type (e.g. sokoban).")
-    max_steps: int | None = fld(None, category="Agentic", ge=1, description="Turns before the episode is cut off.")
-    max_actions_per_traj: int | None = fld(None, category="Agentic", ge=1, description="Actions allowed per trajectory.")
-    max_tokens_per_step: int | None = fld(None, category="Agentic", ge=1, description="Tokens sampled per turn.")
-    env_instruction: str | None = fld(None, category="Agentic", description="Instruction shown to the model.")
-    env_config: dict[str, Any] = fld_factory(dict, category="Agentic", description="Environment-specific settings.")
+    env_type: str = fld(
+        ..., category="Agentic", description="Registered environment type: frozen_lake, sokoban or calculator."
+    )
+    max_steps: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Replies before the episode is cut off (unset: max_actions_per_traj, else 10).",
+    )
+    max_actions_per_traj: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Valid actions before the episode is cut off; replies that break the format do not count.",
+    )
+    max_tokens_per_step: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Tokens sampled per turn (unset: actor_infer's max_new_tokens, else response_length).",
+    )
+    env_instruction: str | None = fld(
+        None, category="Agentic",
+        description="Text shown before the first observation (unset: the environment's own; empty: none).",
+    )
+    env_config: dict[str, Any] = fld_factory(
+        dict, category="Agentic", description="Settings of the environment type (docs: trainer/envs)."
+    )
+    env_manager_cls: str | None = fld(
+        None, category="Agentic", inactive=import_only("every environment is played by the trajectory manager "
+                                                       "(trainer.envs.manager)"),
+        description="ROLL's env-manager class for this environment.",
+    )
+    use_thread_lock: bool = fld(False, category="Agentic", inactive=import_only("environments run in the driver"),
+                                description="ROLL: serialise this environment's steps across threads.")
+    agent_system_template: str | None = fld(
+        None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        description="ROLL's system prompt for this environment.",
+    )
+    agent_template: str | None = fld(
+        None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        description="ROLL's per-turn prompt template ({observation}, {turn_idx}, …).",
+    )
+    max_env_step_concurrent: int | None = fld(
+        None, category="Agentic", ge=1, inactive=import_only("environments run in the driver"),
+        description="ROLL: most concurrent steps of this environment type.",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -675,7 +1048,7 @@ class PipelineConfig(Section):
     """The whole experiment: pipeline keys at the top, one section per worker role."""
 
     # Experiment
-    exp_name: str = fld("experiment", category="Experiment", description="Name of the experiment (run labels, folders).")
+    exp_name: str = fld("experiment", category="Experiment", common=True, description="Name of the experiment (run labels, folders).")
     seed: int = fld(42, category="Experiment", ge=0, le=SEED_MAX, description="Seed of every random generator; same seed, same run.")
     pretrain: str | None = fld(
         None, category="Model", path="read", description="Policy model path, commonly referenced as ${pretrain} by the roles."
@@ -685,19 +1058,24 @@ class PipelineConfig(Section):
     )
     rpc_timeout: int = fld(3600, category="Cluster", ge=1, description="Seconds a call to a worker may take before it fails.")
     output_dir: str = fld("./output", category="Experiment", path="write", description="Run directory: events, checkpoints, logs.")
-    logging_dir: str = fld("./output/logs", category="Logging", path="write", description="Folder for log files.")
-    render_save_dir: str | None = fld(
-        None, category="Agentic", path="write", description="Folder for rendered environment frames (agentic pipelines)."
+    logging_dir: str = fld(
+        "./output/logs", category="Logging", path="write",
+        description="Folder of the tensorboard tracker's files (tracker_kwargs.log_dir, when set, wins); "
+        "events always go to <output_dir>/events.jsonl.",
     )
-    profiler_output_dir: str | None = fld(None, category="Logging", path="write", description="Folder for profiler traces.")
-    profiler_timeline: bool = fld(False, category="Logging", description="Record a PyTorch profiler timeline.")
-    profiler_memory: bool = fld(False, category="Logging", description="Record CUDA memory snapshots.")
-    alive_check_interval: int = fld(10, category="Cluster", ge=1, description="Seconds between worker liveness checks.")
+    render_save_dir: str | None = fld(
+        None, category="Agentic", path="write",
+        description="Folder for the text frames of the trajectories sent to telemetry (agentic pipeline).",
+    )
+    profiler_output_dir: str | None = fld(None, category="Logging", inactive=planned("profiling"), path="write", description="Folder for profiler traces.")
+    profiler_timeline: bool = fld(False, category="Logging", inactive=planned("profiling"), description="Record a PyTorch profiler timeline.")
+    profiler_memory: bool = fld(False, category="Logging", inactive=planned("profiling"), description="Record CUDA memory snapshots.")
+    alive_check_interval: int = fld(10, category="Cluster", inactive=import_only("Ray reports a dead worker at once; nothing polls"), ge=1, description="Seconds between worker liveness checks.")
     model_download_type: str | None = fld(
-        None, category="Model", description="Hub a missing model would come from (ROLL compatibility; we never download)."
+        None, category="Model", inactive=import_only("models are never downloaded at run time"), description="Hub a missing model would come from (ROLL compatibility; we never download)."
     )
     global_template: str | None = fld(
-        None, category="Data", description="Chat template for every role that does not set data_args.template."
+        None, category="Data", acts_through="template", description="Chat template for every role that does not set data_args.template."
     )
     system_envs: dict[str, str] = fld_factory(
         dict, category="Cluster", description="Environment variables set in every worker process."
@@ -716,17 +1094,23 @@ class PipelineConfig(Section):
         "(as ROLL does). When set, every device_mapping must fit in num_nodes x num_gpus_per_node.",
     )
     num_gpus_per_node: int = fld(8, category="Cluster", ge=1, description="Devices on each machine.")
-    local_rank: int = fld(-1, category="Cluster", description="Set by the launcher for distributed runs; -1 otherwise.")
+    local_rank: int = fld(-1, category="Cluster", inactive=import_only("the worker groups assign ranks"), description="Set by the launcher for distributed runs; -1 otherwise.")
     colocate_all: bool = fld(
         False, category="Cluster",
         description="Run every role without its own device_mapping on actor_train's devices, taking turns.",
     )
 
     # Schedule
-    max_steps: int = fld(500, category="Experiment", ge=1, description="Pipeline steps (rollout + update) to run.")
-    save_steps: int = fld(50, category="Checkpointing", ge=1, description="Save a checkpoint every this many steps.")
+    max_steps: int = fld(500, category="Experiment", ge=1, common=True, description="Pipeline steps (rollout + update) to run.")
+    save_steps: int = fld(50, category="Checkpointing", ge=1, common=True, description="Save a checkpoint every this many steps.")
     logging_steps: int = fld(1, category="Logging", ge=1, description="Emit metrics every this many steps.")
-    eval_steps: int = fld(10, category="Experiment", description="Evaluate every this many steps (<= 0 disables).")
+    logged_rollout_samples: int = fld(
+        1024, category="Logging", ge=0,
+        description="Rollout samples (responses, or trajectories) sent to telemetry per step, whole GRPO groups first, "
+        "for the rollout inspector. The default keeps every sample of batches up to 1024; lower it for very large "
+        "batches (each sample carries its tokens and log-probs), 0 sends none.",
+    )
+    eval_steps: int = fld(10, category="Experiment", common=True, description="Evaluate every this many steps (<= 0 disables).")
     val_before_train: bool = fld(False, category="Experiment", description="Evaluate once before the first step.")
     val_n_sample: int = fld(
         1, category="Generation", ge=1, description="Responses sampled per evaluation prompt (pass@k style metrics)."
@@ -748,48 +1132,91 @@ class PipelineConfig(Section):
     )
 
     # Batch sizes and lengths
-    rollout_batch_size: int = fld(128, category="Batch sizes", ge=1, description="Prompts sampled per step.")
+    rollout_batch_size: int = fld(128, category="Batch sizes", ge=1, common=True, description="Prompts sampled per step.")
     val_batch_size: int = fld(128, category="Batch sizes", ge=1, description="Prompts per evaluation batch.")
     num_return_sequences_in_group: int = fld(
-        1, category="Batch sizes", ge=1,
+        1, category="Batch sizes", ge=1, common=True,
         description="Responses sampled per prompt (the GRPO group); samples per step = rollout_batch_size x this.",
     )
-    prompt_length: int = fld(1024, category="Batch sizes", ge=1, description="Longest prompt in tokens.")
-    response_length: int = fld(1024, category="Batch sizes", ge=1, description="Longest response in tokens.")
+    prompt_length: int = fld(1024, category="Batch sizes", ge=1, common=True, description="Longest prompt in tokens.")
+    response_length: int = fld(1024, category="Batch sizes", ge=1, common=True, description="Longest response in tokens.")
     sequence_length: int | None = fld(
-        None, category="Batch sizes", ge=1, description="Longest prompt + response; unset is their sum."
+        None, category="Batch sizes", inactive=import_only("prompt_length + response_length bound every sequence"), ge=1, description="Longest prompt + response; unset is their sum."
     )
 
     # Scheduling of generation requests
     generate_opt_level: Literal[0, 1] = fld(
-        1, category="Generation",
+        1, category="Generation", inactive=import_only("ROLL's request scheduler; our engines take each batch whole"),
         description="0 sends the whole batch to generate at once; 1 streams requests through a scheduler.",
     )
     is_num_return_sequences_expand: bool = fld(
-        False, category="Generation",
+        False, category="Generation", inactive=import_only("ROLL's request scheduler; our engines take each batch whole"),
         description="Send each prompt n times with one sample each instead of one request asking for n samples.",
     )
-    max_running_requests: int = fld(128, category="Generation", ge=1, description="Most requests in flight per engine.")
+    max_running_requests: int = fld(128, category="Generation", inactive=import_only("ROLL's request scheduler; our engines take each batch whole"), ge=1, description="Most requests in flight per engine.")
     is_use_additional_prompts: bool = fld(
-        False, category="Generation", description="Sample extra prompts to replace groups dropped by filters."
+        False, category="Generation", inactive=planned("dynamic sampling with replacement prompts"), description="Sample extra prompts to replace groups dropped by filters."
     )
     max_additional_running_prompts: int = fld(
-        16, category="Generation", ge=0, description="Extra prompts allowed in flight beyond rollout_batch_size."
+        16, category="Generation", inactive=planned("dynamic sampling with replacement prompts"), ge=0, description="Extra prompts allowed in flight beyond rollout_batch_size."
     )
     async_generation_ratio: float = fld(
-        0.0, category="Generation", ge=0,
-        description="How many steps generation may run ahead of training (0: fully on-policy).",
+        0.0, category="Async rollout", ge=0,
+        description="ROLL's knob: rollout batches generation may run ahead of the step being trained (whole "
+        "numbers only). With rollout_mode unset: 0 is sync, 1 one_step_off, 2 or more async with that lookahead.",
+    )
+
+    # Asynchronous rollout (docs/decisions/0017)
+    rollout_mode: Literal["sync", "one_step_off", "async"] | None = fld(
+        None, category="Async rollout",
+        description="sync: generate with the current weights, then train. one_step_off: batch k+1 is generated "
+        "while step k trains (one policy version old). async: a producer keeps generating, up to "
+        "async_generation_ratio batches ahead, with the latest synced weights. Unset follows async_generation_ratio. "
+        "Overlap needs actor_infer and actor_train on different devices.",
+    )
+    max_staleness: int | None = fld(
+        None, category="Async rollout", ge=0,
+        description="Policy versions a trained sample may lag behind the policy being updated; older batches are "
+        "treated as stale_samples says. Unset: the lookahead (1 for one_step_off), which no batch exceeds.",
+    )
+    stale_samples: Literal["drop", "downweight"] = fld(
+        "drop", category="Async rollout",
+        description="Batches older than max_staleness: drop (discard them and regenerate their prompts with the "
+        "latest weights; no prompt is lost) or downweight (train them with loss weight "
+        "stale_sample_decay ^ (staleness - max_staleness)).",
+    )
+    stale_sample_decay: float = fld(
+        0.5, category="Async rollout", ge=0, le=1,
+        description="Loss weight factor per policy version beyond max_staleness (stale_samples: downweight).",
+    )
+    off_policy_correction: Literal["none", "tis", "mask"] = fld(
+        "tis", category="Async rollout",
+        description="Correction of samples with staleness > 0, with rho = pi_old / mu per token (mu: the rollout "
+        "engine's log-probs, pi_old: actor_train's recompute): tis weights the policy-gradient term by "
+        "min(rho, off_policy_cap); mask leaves tokens with rho outside [1/cap, cap] out of the loss; none trusts the "
+        "PPO ratio alone.",
+    )
+    off_policy_cap: float = fld(
+        2.0, category="Async rollout", gt=1,
+        description="C of the off-policy correction: tis truncates rho at C, mask keeps tokens with rho in [1/C, C].",
     )
 
     # Algorithm
     adv_estimator: Literal[
-        "gae", "reinforce", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "remax"
+        "gae", "reinforce", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "remax",
+        "gigpo", "step_reinforce", "agentic_reinforce",
     ] = fld(
-        "gae", category="Algorithm",
+        "gae", category="Algorithm", common=True,
         description="How advantages are computed: gae needs a critic; grpo, rloo and reinforce_plus_plus_baseline "
-        "compare the responses of one prompt.",
+        "compare the responses of one prompt. ROLL's step-wise agentic estimators (gigpo, step_reinforce, "
+        "agentic_reinforce) are accepted but not built.",
     )
     ppo_epochs: int = fld(1, category="Algorithm", ge=1, description="Passes of optimizer updates over each rollout batch.")
+    use_rollout_log_probs: bool = fld(
+        False, category="Loss",
+        description="Old log-probs of the PPO ratio come from the rollout engine instead of a recompute by "
+        "actor_train (verl and ROLL recompute). rollout/logprob_diff_mean and _max report the gap whenever both exist.",
+    )
     gamma: float = fld(1.0, category="Algorithm", ge=0, le=1, description="Discount factor of future rewards.")
     lambd: float = fld(
         0.95, category="Algorithm", ge=0, le=1, description="GAE lambda: 1 is low bias / high variance, 0 the opposite."
@@ -809,7 +1236,7 @@ class PipelineConfig(Section):
         description="KL estimator between policy and reference: kl (k1), abs, mse (k2), low_var_kl (k3), full.",
     )
     add_token_level_kl: bool = fld(False, category="KL", description="Subtract a per-token KL penalty from rewards.")
-    init_kl_coef: float = fld(0.2, category="KL", ge=0, description="Starting coefficient of the KL penalty in the reward.")
+    init_kl_coef: float = fld(0.2, category="KL", ge=0, common=True, description="Starting coefficient of the KL penalty in the reward.")
     kl_ctrl_type: Literal["fixed", "adaptive"] | None = fld(
         None, category="KL",
         description="KL-in-reward controller: fixed keeps init_kl_coef, adaptive steers it toward target_kl; "
@@ -817,8 +1244,8 @@ class PipelineConfig(Section):
     )
     target_kl: float | None = fld(None, category="KL", gt=0, description="KL the adaptive controller steers toward.")
     kl_horizon: int = fld(10000, category="KL", ge=1, description="Time constant (steps) of the adaptive controller.")
-    use_kl_loss: bool = fld(False, category="KL", description="Add a KL term to the policy loss (GRPO style).")
-    kl_loss_coef: float = fld(0.0, category="KL", ge=0, description="Weight of the KL loss term.")
+    use_kl_loss: bool = fld(False, category="KL", common=True, description="Add a KL term to the policy loss (GRPO style).")
+    kl_loss_coef: float = fld(0.0, category="KL", ge=0, common=True, description="Weight of the KL loss term.")
 
     # Loss
     pg_clip: float = fld(0.2, category="Loss", gt=0, description="PPO ratio clip range (both sides).")
@@ -836,17 +1263,17 @@ class PipelineConfig(Section):
     sft_loss_coef: float = fld(0.0, category="Loss", ge=0, description="Weight of a supervised loss on positive samples.")
     rl_loss_coef: float = fld(1.0, category="Loss", ge=0, description="Weight of the policy-gradient loss.")
     use_topr_loss: bool = fld(False, category="Loss", description="Use the TOPR (tapered off-policy) objective.")
-    max_grad_norm: float = fld(1.0, category="Optimizer", gt=0, description="Pipeline-level gradient norm clip.")
-    l2: float = fld(0.0, category="Loss", ge=0, description="L2 penalty on weights added to the loss.")
+    max_grad_norm: float = fld(1.0, category="Optimizer", inactive=import_only("each training role clips with its training_args.max_grad_norm"), gt=0, description="Pipeline-level gradient norm clip.")
+    l2: float = fld(0.0, category="Loss", inactive=import_only("use training_args.weight_decay (decoupled AdamW decay)"), ge=0, description="L2 penalty on weights added to the loss.")
     difficulty_loss_weight: bool = fld(
         False, category="Loss",
         description="Weight samples by prompt difficulty (0.5 + 1.5 x the data's `difficulty` column in [0, 1]).",
     )
     max_len_mask: bool = fld(
-        False, category="Loss", description="Leave responses cut off at response_length out of the loss."
+        False, category="Loss", inactive=planned("masking of truncated responses"), description="Leave responses cut off at response_length out of the loss."
     )
     mask_type: Literal["all", "loss"] = fld(
-        "loss", category="Loss", description="What the masks drop: the samples entirely, or only their loss."
+        "loss", category="Loss", inactive=planned("masking of truncated responses"), description="What the masks drop: the samples entirely, or only their loss."
     )
     difficulty_mask: bool = fld(
         False, category="Loss", description="Leave prompts that are too easy or too hard (by group accuracy) out."
@@ -857,13 +1284,13 @@ class PipelineConfig(Section):
     difficulty_high_threshold: float = fld(
         1.0, category="Loss", ge=0, le=1, description="Group accuracy at or above which a prompt counts as too easy."
     )
-    balance_length: bool = fld(False, category="Loss", description="Balance response lengths across data-parallel ranks.")
-    minibatch_data_iter_num: int = fld(1, category="Loss", ge=1, description="Passes over each mini-batch.")
+    balance_length: bool = fld(False, category="Loss", inactive=import_only("micro-batches are split by sample count"), description="Balance response lengths across data-parallel ranks.")
+    minibatch_data_iter_num: int = fld(1, category="Loss", inactive=import_only("ppo_epochs sets the passes over each rollout"), ge=1, description="Passes over each mini-batch.")
     error_max_len_clip: bool = fld(
-        False, category="Reward processing", description="Zero the reward of wrong answers longer than the threshold."
+        False, category="Reward processing", inactive=planned("length-based reward clipping"), description="Zero the reward of wrong answers longer than the threshold."
     )
     error_max_len_threshold: int = fld(
-        9999999999, category="Reward processing", ge=1, description="Length above which error_max_len_clip applies."
+        9999999999, category="Reward processing", inactive=planned("length-based reward clipping"), ge=1, description="Length above which error_max_len_clip applies."
     )
     length_loss_weight: bool = fld(
         False, category="Loss", description="Weight samples by response length (shorter responses weigh more)."
@@ -885,7 +1312,7 @@ class PipelineConfig(Section):
         description="Add 1 - response tokens / response_length (in [0, 1], more for shorter responses) to each score.",
     )
     reward_norm: NormType | None = fld(
-        None, category="Reward processing",
+        None, category="Reward processing", acts_through="norm_mean_type, norm_std_type",
         description="Older ROLL name that sets both norm_mean_type and norm_std_type.",
     )
     norm_mean_type: NormType | None = fld(
@@ -898,7 +1325,7 @@ class PipelineConfig(Section):
     reward_shift: bool = fld(False, category="Reward processing", description="Normalise by subtracting the mean only.")
     reward_scale: bool = fld(False, category="Reward processing", description="Normalise by dividing by the std only.")
     reward_normalization: RewardNormalization | None = fld(
-        None, category="Agentic", description="Reward normalisation of agentic trajectories."
+        None, category="Agentic", description="Normalisation of agentic trajectory scores (unset: none)."
     )
 
     # Worker roles
@@ -921,13 +1348,134 @@ class PipelineConfig(Section):
 
     # Agentic
     train_env_manager: EnvManagerConfig | None = fld(
-        None, category="Agentic", description="Environments used for training rollouts."
+        None, category="Agentic",
+        description="Environments used for training rollouts; set, the run is agentic (multi-turn episodes).",
     )
     val_env_manager: EnvManagerConfig | None = fld(
         None, category="Agentic", description="Environments used for evaluation rollouts."
     )
     custom_envs: dict[str, CustomEnvConfig] = fld_factory(
         dict, category="Agentic", description="Environment definitions by tag."
+    )
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = fld(
+        "copy", category="Agentic",
+        inactive=import_only("an agentic batch is exactly rollout_batch_size trajectories; nothing is adjusted"),
+        description="How ROLL pads or trims a batch of trajectories to the training batch size.",
+    )
+    episode_reward_weight: float = fld(1.0, category="Agentic", inactive=planned("GiGPO step rewards"),
+                                       description="GiGPO: weight of the episode-level advantage.")
+    step_reward_weight: float = fld(1.0, category="Agentic", inactive=planned("GiGPO step rewards"),
+                                    description="GiGPO: weight of the step-level advantage.")
+    step_reward_gamma: float = fld(0.95, category="Agentic", inactive=planned("GiGPO step rewards"),
+                                   description="Discount of step rewards (GiGPO, step_reinforce).")
+    ratio_type: Literal["token", "segment"] = fld(
+        "token", category="Agentic", inactive=planned("segment-level importance ratios"),
+        description="Importance ratio per token or per turn segment.",
+    )
+    parse_tool_call_parameter_to_dict: bool = fld(
+        False, category="Agentic", inactive=import_only("tool-calling environments are not built"),
+        description="Parse tool-call arguments into structured values (Qwen3.5 templates).",
+    )
+    skip_mock_system_prompt: bool = fld(
+        False, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        description="Do not insert an empty system turn before rendering the template.",
+    )
+
+    # ROLL main's other pipeline keys, accepted so that its files load (docs/importers/README.md)
+    base_dir: str = fld("./output", category="Experiment", inactive=import_only("the run directory is output_dir"),
+                        description="ROLL's base folder of outputs.")
+    rollout_dump_dir: str | None = fld(None, category="Logging",
+                                       inactive=import_only("rollouts are recorded in events.jsonl"),
+                                       description="Folder where ROLL dumps actor_infer's rollouts.")
+    max_ckpt_to_keep: int = fld(
+        0, category="Checkpointing", ge=0, acts_through="max_ckpts_to_keep",
+        description="ROLL main's name: keep the newest N checkpoints, 0 keeps all (copied into max_ckpts_to_keep).",
+    )
+    val_prompt_length: int | None = fld(
+        None, category="Batch sizes", inactive=import_only("evaluation uses prompt_length and response_length"), ge=1,
+        description="Longest evaluation prompt (ROLL; unset: prompt_length).",
+    )
+    val_sequence_length: int | None = fld(
+        None, category="Batch sizes", inactive=import_only("evaluation uses prompt_length and response_length"), ge=1,
+        description="Longest evaluation prompt + response (ROLL; unset: sequence_length).",
+    )
+    report_length_and_rewards: bool = fld(
+        False, category="Logging", inactive=import_only("lengths and rewards are always reported as metrics"),
+        description="Report the lengths and rewards of each prompt per epoch.",
+    )
+    is_offload_states: bool = fld(
+        False, category="Cluster", inactive=import_only("colocated roles offload their state between phases by "
+                                                        "themselves"),
+        description="Offload model state to CPU after every operation.",
+    )
+    is_offload_optimizer_states_in_train_step: bool = fld(
+        False, category="Cluster", inactive=import_only("colocated roles offload their state between phases by "
+                                                        "themselves"),
+        description="Offload optimizer state during forward/backward, reload it for the optimizer step.",
+    )
+    length_profiler_dir: str | None = fld(None, category="Logging", inactive=planned("profiling"),
+                                          description="Folder for ROLL's length and reward profiles.")
+    model_update_buffer_size_mb: int = fld(
+        1024, category="Cluster", inactive=import_only("weights are pushed tensor by tensor"), ge=1,
+        description="Buffer of one weight-update message to the engines, in MB.",
+    )
+    rollout_mock: dict[str, Any] | None = fld(
+        None, category="Logging", inactive=import_only("rollout dump/mock for precision tests is not built"),
+        description="ROLL's rollout dump / mock settings (enable, mode, dump_dir).",
+    )
+    user_defined_rollout_loop_cls: str | None = fld(
+        None, category="Generation", inactive=import_only("classes named in a config are never imported"),
+        description="ROLL's rollout-loop class.",
+    )
+    use_pg_clip_range: bool = fld(False, category="Loss",
+                                  inactive=import_only("pg_clip_low and pg_clip_high apply whenever they are set"),
+                                  description="ROLL: clip with pg_clip_low / pg_clip_high instead of pg_clip.")
+    enable_reference: bool = fld(
+        False, category="Workers", inactive=import_only("the reference role exists when the config has a reference"),
+        description="ROLL: create the reference role for KL terms.",
+    )
+    enable_old_logprobs_recompute: bool = fld(
+        False, category="Loss", inactive=import_only("old log-probs are recomputed unless use_rollout_log_probs"),
+        description="ROLL: recompute old log-probs instead of reusing the first pass.",
+    )
+    force_disable_old_logprobs_recompute: bool = fld(
+        False, category="Loss", inactive=import_only("old log-probs are recomputed unless use_rollout_log_probs"),
+        description="ROLL: never recompute old log-probs.",
+    )
+    train_infer_correction: dict[str, Any] = fld_factory(
+        dict, category="Loss", inactive=planned("train-infer mismatch correction of fresh batches"),
+        description="ROLL's importance weights and filters between training and inference log-probs "
+        "(off_policy_correction covers stale batches).",
+    )
+    dataset_filter: dict[str, Any] = fld_factory(
+        dict, category="Data", inactive=planned("difficulty-based dataset filtering"),
+        description="Keep prompts of one source within a difficulty range (source, min/max_difficulty, num_samples).",
+    )
+    vlm_filter: dict[str, Any] = fld_factory(
+        dict, category="Data", inactive=import_only("multi-modal prompts are not supported"),
+        description="ROLL's filter of overlong multi-modal prompts.",
+    )
+    save_logging_board_dir: str | None = fld(
+        None, category="Logging", inactive=import_only("metrics go to events.jsonl and the tracker"),
+        description="Folder of ROLL's logging-board metrics.",
+    )
+    postive_loss_coef: float = fld(
+        0.0, category="Loss", ge=0, acts_through="sft_loss_coef",
+        description="ROLL's name (sic) for sft_loss_coef: weight of a supervised loss on positive samples.",
+    )
+    use_topr_neg_loss_coef: float = fld(0.0, category="Loss", inactive=planned("TOPR's negative-sample coefficient"),
+                                        description="Coefficient of TOPR's negative-sample loss.")
+    use_policy_loss_type: Literal["PPO", "PG"] = fld(
+        "PPO", category="Loss", inactive=planned("the plain policy-gradient (PG) objective"),
+        description="ROLL: clipped PPO objective or plain policy gradient.",
+    )
+    importance_sampling: Literal["token", "seq"] = fld(
+        "token", category="Loss", acts_through="policy_loss",
+        description="ROLL: per-token or per-sequence importance ratios; seq is GSPO (policy_loss: gspo).",
+    )
+    router_args: dict[str, Any] | None = fld(
+        None, category="Generation", inactive=import_only("requests go to the engines without a router"),
+        description="ROLL's request router of actor_infer.",
     )
 
     @model_validator(mode="after")
@@ -938,6 +1486,18 @@ class PipelineConfig(Section):
                 worker.model_args.model_name_or_path = self.pretrain
         if self.critic is not None and self.critic.model_args.model_name_or_path is None:
             self.critic.model_args.model_name_or_path = self.reward_pretrain
+        # global_template: the chat template of every role whose data_args leave template unset.
+        if self.global_template is not None:
+            for worker in (self.actor_train, self.validation):
+                if worker is not None and worker.data_args is not None and "template" not in worker.data_args.model_fields_set:
+                    worker.data_args.template = self.global_template
+        # ROLL main's spellings of max_ckpts_to_keep, sft_loss_coef and GSPO.
+        if self.max_ckpt_to_keep > 0 and "max_ckpts_to_keep" not in self.model_fields_set:
+            self.max_ckpts_to_keep = self.max_ckpt_to_keep
+        if self.postive_loss_coef > 0 and "sft_loss_coef" not in self.model_fields_set:
+            self.sft_loss_coef = self.postive_loss_coef
+        if self.importance_sampling == "seq" and "policy_loss" not in self.model_fields_set:
+            self.policy_loss = "gspo"
         # reward_norm is ROLL's older spelling of both norm types.
         if self.reward_norm is not None:
             if self.norm_mean_type is None:

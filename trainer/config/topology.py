@@ -3,7 +3,7 @@ run, on which strategy, with how many workers, how much data parallelism, and ho
 samples become mini-batches and optimizer steps. Validation, derived values, Ray placement, the
 workers and the loop all read these numbers from here (torch-free).
 
-    samples per rollout   S = rollout_batch_size × num_return_sequences_in_group
+    samples per rollout   S = rollout_batch_size × num_return_sequences_in_group (agentic: rollout_batch_size)
     data parallel size    dp = world / (TP × PP × CP) for Megatron, world / Ulysses for FSDP2, else world
     global train batch    G = per_device_train_batch_size × gradient_accumulation_steps × dp
     rows per mini-batch   per_device_train_batch_size × gradient_accumulation_steps (on each rank)
@@ -97,7 +97,11 @@ def duplicate_devices(mapping: Sequence[int]) -> list[int]:
     return sorted(d for d, n in Counter(mapping).items() if n > 1)
 
 
-def samples_per_rollout(config: Any) -> int:
+def samples_per_rollout(config: PipelineConfig) -> int:
+    """rollout_batch_size × num_return_sequences_in_group; the agentic pipeline (train_env_manager set)
+    plays rollout_batch_size trajectories, its groups set by train_env_manager.group_size instead."""
+    if config.train_env_manager is not None:
+        return config.rollout_batch_size
     return config.rollout_batch_size * config.num_return_sequences_in_group
 
 
@@ -131,10 +135,48 @@ class TrainShape:
         return self.samples % self.global_batch == 0
 
 
-def train_shape(config: Any, role: str, world: int | None = None) -> TrainShape:
+def train_shape(config: PipelineConfig, role: str, world: int | None = None) -> TrainShape:
     """The TrainShape of `role` with `world` ranks (default: the config's world size; the workers
     pass the world they actually run in, which is 1 on the local backend)."""
     worker = getattr(config, role)
     args = worker.training_args
     return TrainShape(role, dp_size(role, worker, world), args.per_device_train_batch_size,
                       args.gradient_accumulation_steps, samples_per_rollout(config), config.ppo_epochs)
+
+
+@dataclass(frozen=True)
+class RolloutSchedule:
+    """How far generation runs ahead of training (rollout_mode, async_generation_ratio, max_staleness).
+
+    Rollout batch j is trained at step j. It may be drawn and generated once the trainer has asked for
+    batch j − lookahead, i.e. with weights of policy version ≥ j − 1 − lookahead, so its staleness at
+    step j is at most `lookahead`; batches beyond `max_staleness` are dropped or down-weighted.
+    `time_shared`: actor_infer and actor_train share devices and take turns, so nothing overlaps."""
+
+    mode: str  # "sync" | "one_step_off" | "async"
+    lookahead: int
+    max_staleness: int
+    time_shared: bool
+
+    @property
+    def overlaps(self) -> bool:
+        return self.mode != "sync"
+
+
+def rollout_schedule(config: PipelineConfig) -> RolloutSchedule:
+    """The schedule the config asks for; unset rollout_mode follows ROLL's async_generation_ratio
+    (0 sync, 1 one_step_off, ≥ 2 async). Validation refuses the incoherent combinations."""
+    ratio = int(config.async_generation_ratio)
+    mode = config.rollout_mode or ("sync" if ratio == 0 else "one_step_off" if ratio == 1 else "async")
+    lookahead = {"sync": 0, "one_step_off": 1}.get(mode, ratio)
+    staleness = lookahead if config.max_staleness is None else config.max_staleness
+    shared = infer_devices(config) & set(config.actor_train.device_mapping or ())
+    return RolloutSchedule(mode, lookahead, staleness, time_shared=bool(shared))
+
+
+def infer_devices(config: PipelineConfig) -> set[int]:
+    """actor_infer's devices: its device_mapping, or actor_train's under colocate_all when unset."""
+    own = config.actor_infer.device_mapping
+    if not own and config.colocate_all:
+        own = config.actor_train.device_mapping
+    return set(own or ())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,20 +19,28 @@ from trainer.config.importers import detect_and_translate
 from trainer.config.introspect import key_locations, models_in
 from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
 from trainer.config.loading import load_raw_with_issues
+from trainer.config.presets import owned_key_conflicts
 from trainer.config.registries import (
+    BUILT_STRATEGIES,
+    ENV_TYPES,
     REWARD_TYPES,
     ROLE_STRATEGIES,
+    ROLL_ENV_MANAGERS,
     ROLL_REWARD_WORKERS,
+    ROLL_UNSUPPORTED_ENV_MANAGERS,
     ROLL_UNSUPPORTED_REWARD_WORKERS,
 )
 from trainer.config.schema import (
     STRATEGY_ARGS_MODELS,
+    UNBUILT_ADV_ESTIMATORS,
+    DeepSpeedConfig,
     Fsdp2Config,
     MegatronConfig,
     PipelineConfig,
     SglangConfig,
     VllmConfig,
     WorkerConfig,
+    field_status,
 )
 from trainer.config.topology import (
     TRAINING_ROLES,
@@ -39,6 +48,7 @@ from trainer.config.topology import (
     duplicate_devices,
     num_nodes,
     roles,
+    rollout_schedule,
     samples_per_rollout,
     strategy_config,
     strategy_name,
@@ -106,8 +116,13 @@ def _validate_into(
     _add(result, check_rules(config))
     if result.errors:
         return
+    # A coherent config is kept (and its numbers derived) even when this build lacks a backend it
+    # names: the editor still shows it and the CLI prints its arithmetic; `ok` stays False.
     result.config = config
     result.derived = derive(config)
+    _add(result, check_availability(config))
+    errors = {i.path for i in result.errors}
+    result.warnings = [w for w in result.warnings if w.path not in errors]  # one message per field
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,13 +266,17 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_devices,
         _check_parallel_sizes,
         _check_batch_arithmetic,
+        _check_deepspeed_owned_keys,
+        _check_deepspeed_forward_only,
         _check_lengths,
         _check_data,
         _check_algorithm,
         _check_rewards,
         _check_agentic,
         _check_checkpointing,
+        _check_async_rollout,
         _check_suspicious,
+        _check_inactive_fields,
     ):
         issues.extend(rule(config))
     return issues
@@ -286,6 +305,41 @@ def _check_strategies(config: PipelineConfig) -> list[ConfigIssue]:
             )
         if worker.worker_cls is not None and kind != "rewards":
             issues.append(_warning(f"{role}.worker_cls", "ignored: the trainer picks the worker for this role"))
+    return issues
+
+
+NOT_BUILT = "is not built in this version of PolicyLab"
+
+
+def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
+    """What this build cannot run, checked after the rules (the config may be coherent and still
+    name a backend that does not exist yet): one error per role, listing what the role may use."""
+    issues = []
+    for role, worker in roles(config).items():
+        kind = role.split(".")[0]
+        name = strategy_name(kind, worker)
+        if name in ROLE_STRATEGIES[kind] and name not in BUILT_STRATEGIES:
+            built = [n for n in ROLE_STRATEGIES[kind] if n in BUILT_STRATEGIES]
+            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_name",
+                                      f"{name} {NOT_BUILT}; available for {kind}: {', '.join(built)}",
+                                      kind="not_built"))
+        cfg = strategy_config(worker)
+        if isinstance(cfg, Fsdp2Config) and cfg.ulysses_sequence_parallel_size > 1:
+            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_config.ulysses_sequence_parallel_size",
+                                      f"Ulysses sequence parallelism {NOT_BUILT}; valid: 1", kind="not_built"))
+        if isinstance(cfg, MegatronConfig) and cfg.context_parallel_size > 1:
+            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_config.context_parallel_size",
+                                      f"Megatron context parallelism {NOT_BUILT}; valid: 1", kind="not_built"))
+    for name, reward in config.rewards.items():
+        if reward.worker_cls in ROLL_UNSUPPORTED_REWARD_WORKERS:
+            what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]
+            issues.append(ConfigIssue(f"rewards.{name}.worker_cls", f"{what} ({reward.worker_cls}) {NOT_BUILT}",
+                                      kind="not_built"))
+    if config.adv_estimator in UNBUILT_ADV_ESTIMATORS:
+        built = [e for e in typing.get_args(PipelineConfig.model_fields["adv_estimator"].annotation)
+                 if e not in UNBUILT_ADV_ESTIMATORS]
+        issues.append(ConfigIssue("adv_estimator", f"{config.adv_estimator} {NOT_BUILT}; valid: {', '.join(built)}",
+                                  kind="not_built"))
     return issues
 
 
@@ -436,10 +490,10 @@ def _batch_issue(config: PipelineConfig, role: str, worker: WorkerConfig) -> Con
     if samples % (micro * dp) == 0:
         per_rank = samples // (micro * dp)
         best = _nearest_divisor(per_rank, accum)
-        hint = (
-            f"; gradient_accumulation_steps = {best} works ({per_rank // best} optimizer steps per rollout), "
-            f"{per_rank} gives one step per rollout"
-        )
+        steps = per_rank // best
+        hint = f"; gradient_accumulation_steps = {best} works ({steps} optimizer step{'s' if steps > 1 else ''} per rollout)"
+        if steps > 1:
+            hint += f", {per_rank} gives one step per rollout"
     elif samples % dp == 0:
         path = f"{role}.training_args.per_device_train_batch_size"
         options = _small_divisors(samples // dp)
@@ -459,6 +513,40 @@ def _check_batch_arithmetic(config: PipelineConfig) -> list[ConfigIssue]:
             issue = _batch_issue(config, role, worker)
             if issue is not None:
                 issues.append(issue)
+    return issues
+
+
+def _check_deepspeed_forward_only(config: PipelineConfig) -> list[ConfigIssue]:
+    """deepspeed_infer (a forward-only role) has no optimizer, gradients or batches to shard: say which
+    of the settings it was given cannot act (ROLL's presets are shared by training and reference roles)."""
+    issues = []
+    for role, worker in roles(config).items():
+        cfg = strategy_config(worker)
+        if strategy_name(role.split(".")[0], worker) != "deepspeed_infer" or not isinstance(cfg, DeepSpeedConfig):
+            continue
+        ignored = [key for key in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                   "gradient_accumulation_steps", "gradient_clipping")
+                   if getattr(cfg, key) not in (None, "auto")]
+        if cfg.zero_optimization.offload_optimizer is not None:
+            ignored.append("zero_optimization.offload_optimizer")
+        if cfg.zero_optimization.stage in (1, 2):
+            ignored.append(f"zero_optimization.stage {cfg.zero_optimization.stage} (runs as 0; 3 partitions parameters)")
+        if ignored:
+            issues.append(_warning(f"{role}.strategy_args.strategy_config",
+                                   f"forward-only role: no effect from {', '.join(ignored)}"))
+    return issues
+
+
+def _check_deepspeed_owned_keys(config: PipelineConfig) -> list[ConfigIssue]:
+    """DeepSpeed's batch keys and gradient_clipping are derived (presets.owned_key_conflicts): a
+    strategy_config may write auto or the same value, never another one."""
+    issues = []
+    for role in TRAINING_ROLES:
+        worker = getattr(config, role)
+        cfg = strategy_config(worker) if worker is not None else None
+        if isinstance(cfg, DeepSpeedConfig):
+            conflicts = owned_key_conflicts(cfg, train_shape(config, role), worker.training_args.max_grad_norm)
+            issues.extend(_error(f"{role}.strategy_args.strategy_config.{key}", why) for key, why in conflicts.items())
     return issues
 
 
@@ -585,9 +673,7 @@ def _check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
             if reward.worker_cls in ROLL_REWARD_WORKERS:
                 from_cls = ROLL_REWARD_WORKERS[reward.worker_cls]
             elif reward.worker_cls in ROLL_UNSUPPORTED_REWARD_WORKERS:
-                what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]
-                issues.append(_error(f"{path}.worker_cls", f"{what} ({reward.worker_cls}) is not supported yet"))
-                continue
+                continue  # coherent, but not built: check_availability says so
             else:
                 close = difflib.get_close_matches(reward.worker_cls, list(ROLL_REWARD_WORKERS), n=1, cutoff=0.6)
                 hint = f"did you mean {close[0]}? " if close else ""
@@ -618,6 +704,9 @@ def _check_agentic(config: PipelineConfig) -> list[ConfigIssue]:
         manager = getattr(config, name)
         if manager is None:
             continue
+        if not manager.tags:
+            issues.append(_error(f"{name}.tags", f"empty: name the environments to play (keys of custom_envs: "
+                                 f"{', '.join(config.custom_envs) or 'none defined'})"))
         missing = [tag for tag in manager.tags if tag not in config.custom_envs]
         if missing:
             issues.append(
@@ -630,6 +719,71 @@ def _check_agentic(config: PipelineConfig) -> list[ConfigIssue]:
                 issues.append(
                     _error(f"{name}.n_groups", f"sums to {sum(manager.n_groups)} but env_groups is {manager.env_groups}")
                 )
+        batch = ("rollout_batch_size", config.rollout_batch_size) if name == "train_env_manager" \
+            else ("val_batch_size", config.val_batch_size)
+        issues += _env_manager_issues(name, manager, *batch)
+    issues += _custom_env_issues(config)
+    issues += _agentic_mode_issues(config)
+    return issues
+
+
+def _env_manager_issues(name: str, manager: Any, batch_name: str, batch: int) -> list[ConfigIssue]:
+    """The batch fills whole groups, within max_traj_per_env episodes per environment (trainer.envs.manager)."""
+    issues = []
+    if batch % manager.group_size:
+        issues.append(_error(f"{name}.group_size", f"{manager.group_size} does not divide {batch_name} = {batch} "
+                             "trajectories, which would cut a group of equal start states"))
+    rounds = math.ceil(batch / (manager.env_groups * manager.group_size))
+    if 0 <= manager.max_traj_per_env < rounds:
+        issues.append(_error(f"{name}.max_traj_per_env", f"{manager.max_traj_per_env}, but {batch_name} = {batch} "
+                             f"trajectories from {manager.env_groups * manager.group_size} environments need "
+                             f"{rounds} each; raise it (or -1), or add env_groups"))
+    if manager.worker_cls is not None and manager.worker_cls not in ROLL_ENV_MANAGERS:
+        what = ROLL_UNSUPPORTED_ENV_MANAGERS.get(manager.worker_cls)
+        close = difflib.get_close_matches(manager.worker_cls, list(ROLL_ENV_MANAGERS), n=1, cutoff=0.6)
+        why = f"the {what} is not supported yet" if what else \
+            f"unknown env manager class{f'; did you mean {close[0]}?' if close else ''}"
+        issues.append(_error(f"{name}.worker_cls", f"{why}; known: {', '.join(ROLL_ENV_MANAGERS)} "
+                             "(classes are looked up by name, never imported)"))
+    return issues
+
+
+def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
+    issues = []
+    turn_default = (config.actor_infer.generating_args.max_new_tokens if config.actor_infer.generating_args
+                    else None) or config.response_length
+    for tag, env in config.custom_envs.items():
+        if env.env_type not in ENV_TYPES:
+            issues.append(_error(f"custom_envs.{tag}.env_type", f"{env.env_type!r} is not a registered environment; "
+                                 f"valid: {', '.join(ENV_TYPES)}"))
+        turn = env.max_tokens_per_step or turn_default
+        if turn > config.response_length:
+            issues.append(_error(f"custom_envs.{tag}.max_tokens_per_step", f"{turn} tokens per turn exceed "
+                                 f"response_length = {config.response_length}, which holds every turn of a trajectory"))
+        elif turn == config.response_length and config.train_env_manager is not None:
+            issues.append(_warning(f"custom_envs.{tag}.max_tokens_per_step", "unset, so each turn may take all of "
+                                   "response_length and a trajectory has room for one turn; set it"))
+    return issues
+
+
+def _agentic_mode_issues(config: PipelineConfig) -> list[ConfigIssue]:
+    """What the agentic pipeline does without, and agentic knobs set for an RLVR run."""
+    if config.train_env_manager is None:
+        unused = [(path, getattr(config, path)) for path in ("val_env_manager", "reward_normalization",
+                                                              "render_save_dir")]
+        return [_warning(path, "unused: only the agentic pipeline reads it (set train_env_manager)")
+                for path, value in unused if value is not None]
+    issues = []
+    if rollout_schedule(config).mode != "sync":
+        issues.append(_error("rollout_mode", f"{rollout_schedule(config).mode}: the agentic pipeline runs "
+                             "rollout_mode sync only (async_generation_ratio 0)"))
+    if config.difficulty_loss_weight:
+        issues.append(_error("difficulty_loss_weight", "needs a `difficulty` per prompt; agentic runs have none"))
+    if config.num_return_sequences_in_group != 1:
+        issues.append(_warning("num_return_sequences_in_group", "unused by the agentic pipeline: "
+                               "train_env_manager.group_size sets how many trajectories share a start state"))
+    if config.rewards:
+        issues.append(_warning("rewards", "unused by the agentic pipeline: its environments give the rewards"))
     return issues
 
 
@@ -645,17 +799,60 @@ def _check_checkpointing(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
+ASYNC_KNOBS = ("max_staleness", "stale_samples", "stale_sample_decay", "off_policy_correction", "off_policy_cap")
+
+
+def _check_async_rollout(config: PipelineConfig) -> list[ConfigIssue]:
+    """rollout_mode and async_generation_ratio agree; the off-policy knobs can act (docs/decisions/0017)."""
+    issues = []
+    ratio, mode = config.async_generation_ratio, config.rollout_mode
+    if ratio != int(ratio):
+        issues.append(_error("async_generation_ratio", f"{ratio} is not a whole number of rollout batches "
+                             "(ROLL, too, supports only integers)"))
+    elif mode == "sync" and ratio > 0:
+        issues.append(_error("async_generation_ratio", f"{ratio:g} contradicts rollout_mode sync; set 0, or leave "
+                             "rollout_mode unset to follow the ratio"))
+    elif mode == "one_step_off" and ratio > 1:
+        issues.append(_error("async_generation_ratio", f"{ratio:g}: one_step_off runs exactly one batch ahead; "
+                             "set 1 (or 0), or rollout_mode async for a longer lookahead"))
+    elif mode == "async" and ratio < 1:
+        issues.append(_error("async_generation_ratio", "rollout_mode async needs the lookahead: how many rollout "
+                             "batches (>= 1) generation may run ahead of training"))
+    if issues:
+        return issues
+    schedule = rollout_schedule(config)
+    if not schedule.overlaps:
+        return [_warning(name, "has no effect in sync rollout: every sample is generated by the policy it trains")
+                for name in ASYNC_KNOBS if name in config.model_fields_set]
+    if config.use_rollout_log_probs and config.off_policy_correction != "none":
+        issues.append(_error("off_policy_correction", f"{config.off_policy_correction} weighs stale samples by "
+                             "actor_train's recomputed log-probs over the engine's, but use_rollout_log_probs makes "
+                             "the engine's the PPO ratio's old log-probs; set one of them off (none / false)"))
+    if schedule.time_shared:
+        issues.append(_warning("rollout_mode", f"{schedule.mode}: actor_infer shares its devices with actor_train, so "
+                               "the roles take turns and generation cannot overlap training (samples are still up "
+                               f"to {schedule.lookahead} version(s) old); give actor_infer its own device_mapping"))
+    if schedule.max_staleness < schedule.lookahead and config.stale_samples == "drop":
+        issues.append(_warning("max_staleness", f"{schedule.max_staleness} < the lookahead {schedule.lookahead}: "
+                               "batches generated further ahead are discarded and regenerated (wasted generation); "
+                               "raise max_staleness or set stale_samples downweight"))
+    if config.stale_samples == "drop" and "stale_sample_decay" in config.model_fields_set:
+        issues.append(_warning("stale_sample_decay", "has no effect with stale_samples drop"))
+    return issues
+
+
 def _check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
     issues = []
-    n = config.num_return_sequences_in_group
+    agentic = config.train_env_manager is not None  # its groups: trajectories from one start state
+    n = config.train_env_manager.group_size if agentic else config.num_return_sequences_in_group
     gen = config.actor_infer.generating_args
     group_based = config.adv_estimator in GROUP_ESTIMATORS
     if group_based and n == 1:
         issues.append(
             _warning(
-                "num_return_sequences_in_group",
-                f"{config.adv_estimator} compares responses within a group; with 1 response per prompt every "
-                "advantage is 0",
+                "train_env_manager.group_size" if agentic else "num_return_sequences_in_group",
+                f"{config.adv_estimator} compares responses within a group; with 1 response per "
+                f"{'start state' if agentic else 'prompt'} every advantage is 0",
             )
         )
     if gen is not None and n > 1 and (gen.temperature == 0 or not gen.do_sample):
@@ -665,23 +862,11 @@ def _check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
                 f"greedy decoding makes the {n} responses of a group identical (no learning signal)",
             )
         )
-    if gen is not None and gen.num_return_sequences not in (1, n):
-        issues.append(
-            _warning(
-                "actor_infer.generating_args.num_return_sequences",
-                "ignored for training rollouts: num_return_sequences_in_group sets responses per prompt",
-            )
-        )
-    if config.validation is not None and config.validation.data_args is None and config.eval_steps > 0:
+    if config.validation is not None and config.validation.strategy_args is not None:
+        issues.append(_warning("validation.strategy_args", "has no effect: evaluation generates with actor_infer's "
+                               "engine and weights (set actor_infer.strategy_args instead)"))
+    if config.validation is not None and config.validation.data_args is None and config.eval_steps > 0 and not agentic:
         issues.append(_warning("validation.data_args", "no evaluation prompts: evaluation is skipped"))
-    val_gen = config.validation.generating_args if config.validation is not None else None
-    if val_gen is not None and val_gen.num_return_sequences not in (1, config.val_n_sample):
-        issues.append(
-            _warning(
-                "validation.generating_args.num_return_sequences",
-                f"ignored for evaluation: val_n_sample ({config.val_n_sample}) sets responses per prompt",
-            )
-        )
     if config.val_greedy and config.val_n_sample > 1:
         issues.append(
             _warning("val_n_sample", f"val_greedy decodes the same response {config.val_n_sample} times per prompt")
@@ -708,6 +893,51 @@ def _check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
     if config.value_clip is not None and config.critic is None:
         issues.append(_warning("value_clip", "has no effect without a critic"))
     return issues
+
+
+def _check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:
+    """A warning for every field set to a value other than its default that the engine does not
+    act on (schema.Inactive): accepted for import only, or reserved for an unbuilt backend. The
+    strategy_config of an unbuilt strategy is skipped: its strategy_name is already an error."""
+    issues: list[ConfigIssue] = []
+
+    def walk(model: BaseModel, path: str) -> None:
+        for name in sorted(model.model_fields_set):
+            value = getattr(model, name)
+            where = f"{path}.{name}" if path else name
+            status, reason = field_status(type(model), name)
+            if status != "acts":
+                if not _is_default(type(model).model_fields[name], value):
+                    issues.append(_warning(where, _inactive_message(status, reason)))
+                continue
+            if name == "strategy_args" and value is not None and value.strategy_name not in BUILT_STRATEGIES:
+                continue
+            for child, child_path in _sections_in(value, where):
+                walk(child, child_path)
+
+    walk(config, "")
+    return issues
+
+
+def _inactive_message(status: str, reason: str) -> str:
+    if status == "planned":
+        return f"has no effect: {reason}"
+    return f"accepted for compatibility but has no effect here: {reason}"
+
+
+def _is_default(info: Any, value: Any) -> bool:
+    default = info.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel) and isinstance(default, BaseModel):
+        return value.model_dump() == default.model_dump()
+    return value == default
+
+
+def _sections_in(value: Any, path: str) -> list[tuple[BaseModel, str]]:
+    if isinstance(value, BaseModel):
+        return [(value, path)]
+    if isinstance(value, Mapping):
+        return [(v, f"{path}.{k}") for k, v in value.items() if isinstance(v, BaseModel)]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------

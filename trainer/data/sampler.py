@@ -29,6 +29,12 @@ class PromptSampler:
             random.Random(f"{self.seed}:{epoch}").shuffle(order)
         return order
 
+    @property
+    def position(self) -> int:
+        """Prompts drawn since the start of epoch 0 (epoch × num_samples + index): consecutive batches
+        cover the stream positions [before, after) without a gap or an overlap."""
+        return self.epoch * self.num_samples + self.index
+
     def next_batch(self) -> list[int]:
         """The next `batch_size` sample indices; advances the position."""
         batch: list[int] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +22,41 @@ def resolve_dtype(dtype: Any) -> Any:
     return getattr(torch, name)
 
 
-def load_model(path: str | Path, dtype: Any = None) -> Any:
-    """AutoModelForCausalLM from a local HF directory (nothing is downloaded)."""
+ATTN_ALIASES = {"fa2": "flash_attention_2"}
+
+
+def load_model(
+    path: str | Path,
+    dtype: Any = None,
+    *,
+    attn_implementation: str | None = None,
+    trust_remote_code: bool = False,
+    config_overrides: Mapping[str, Any] | None = None,
+) -> Any:
+    """AutoModelForCausalLM from a local HF directory (nothing is downloaded).
+
+    `config_overrides` replace entries of the model's config.json (model_args.model_config_kwargs);
+    `attn_implementation` picks the attention kernel ("fa2" is flash_attention_2)."""
     from transformers import AutoModelForCausalLM
 
+    kwargs: dict[str, Any] = dict(config_overrides or {})
     torch_dtype = resolve_dtype(dtype)
-    kwargs = {"dtype": torch_dtype} if torch_dtype is not None else {}
-    return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, **kwargs)
+    if torch_dtype is not None:
+        kwargs["dtype"] = torch_dtype
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = ATTN_ALIASES.get(attn_implementation, attn_implementation)
+    return AutoModelForCausalLM.from_pretrained(
+        str(path), local_files_only=True, trust_remote_code=trust_remote_code, **kwargs
+    )
 
 
-def load_tokenizer(path: str | Path, padding_side: str = "left") -> Any:
+def load_tokenizer(path: str | Path, padding_side: str = "left", *, trust_remote_code: bool = False) -> Any:
     """AutoTokenizer with `padding_side` set (it does not survive save/load) and a pad token."""
     from transformers import AutoTokenizer
 
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side: {padding_side!r}; valid: left, right")
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=trust_remote_code)
     tokenizer.padding_side = padding_side
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -3,5 +3,7 @@
 - `runner.run_training(cfg, RunIdentity(...), backend="ray"|"local") -> exit code`: the whole run.
 - `rlvr.RLVRPipeline`: the single-controller loop (generate, score, log-probs, values,
   advantages, updates, weight sync, eval, checkpoints, telemetry).
+- `agentic.AgenticPipeline`: the multi-turn loop on the same machinery, environments instead of
+  prompts (docs/decisions/0015-agentic-pipeline.md); `trajectory`: episodes played turn by turn.
 - `cli`: the `python -m trainer run` subcommand.
 """

@@ -56,12 +56,6 @@ def token_logprobs(logits: Tensor, tokens: Tensor) -> Tensor:
     return logits.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def token_entropy(logits: Tensor) -> Tensor:
-    """H = -sum_v p_v log p_v per position: [B, R, V] -> [B, R]."""
-    logp = logits.log_softmax(-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def response_logprobs(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
     width_r = batch["response_mask"].size(1)
     logits = response_logits(model, batch, temperature)
@@ -72,7 +66,3 @@ def split_rows(batch: dict[str, Tensor], size: int) -> list[dict[str, Tensor]]:
     """Consecutive row chunks of ``size`` (the last may be shorter)."""
     rows = next(iter(batch.values())).size(0)
     return [{k: v[i : i + size] for k, v in batch.items()} for i in range(0, rows, size)]
-
-
-def select_rows(batch: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
-    return {k: v[index] for k, v in batch.items()}

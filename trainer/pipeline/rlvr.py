@@ -9,10 +9,16 @@ mini-batches) -> weight sync to actor_infer -> eval every eval_steps -> checkpoi
 
 Every random choice is derived from ``(seed, step)`` or restored from a checkpoint, so a run
 resumed at step k reproduces the uninterrupted run's later steps exactly (on the same hardware).
+
+rollout_mode one_step_off / async (docs/decisions/0017): a producer thread draws and generates batch
+k+1… while step k trains (`async_rollout`); stale batches are dropped and regenerated, or
+down-weighted, and off-policy samples are corrected by π_old/μ (`trainer.algorithms.off_policy`).
+Every prompt's fate goes to the run's ledger (`ledger`). Batch j is always trained at step j.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -24,11 +30,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.algorithms import kl as kl_algos
+from trainer.algorithms import off_policy
 from trainer.algorithms.advantages import compute_advantages
 from trainer.checkpoint import core as ckpt
+from trainer.config import topology
 from trainer.config.topology import train_shape
 from trainer.pipeline import rewarding
+from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
 from trainer.pipeline.batch import build_batch
+from trainer.pipeline.ledger import LEDGER_FILE, Ledger
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.models import policy_path
 from trainer.rollout.base import Generation, SamplingParams
@@ -38,7 +48,7 @@ if TYPE_CHECKING:
 
 
 TRAIN_ROLES = ("actor_train", "critic")
-ROLLOUT_SAMPLES_PER_STEP = 16
+ROLLOUT_BUFFER_FILE = "rollout_buffer.json"  # a checkpoint's generated, not yet trained batches
 
 
 class Timer:
@@ -60,12 +70,26 @@ class _TimerScope:
         self.timer.values[f"timing/{self.name}"] = time.perf_counter() - self.start
 
 
+def sampling_seed(cfg: PipelineConfig, section: Any) -> int:
+    """generating_args.seed of the sampling role when set, else the pipeline seed."""
+    args = section.generating_args if section is not None else None
+    return cfg.seed if args is None or args.seed is None else args.seed
+
+
 def sampling_params(cfg: PipelineConfig, section: Any, *, n: int, seed: int, greedy: bool = False) -> SamplingParams:
     args = section.generating_args if section is not None and section.generating_args else None
     max_new = (args.max_new_tokens if args else None) or cfg.response_length
+    # stop and length knobs act in greedy and sampled decoding alike
+    knobs: dict[str, Any] = {}
+    if args is not None:
+        if (args.min_new_tokens or 0) > max_new:
+            raise ValueError(f"generating_args.min_new_tokens: {args.min_new_tokens} exceeds the {max_new} tokens "
+                             "a response may have (max_new_tokens, else response_length)")
+        knobs = {"stop_token_ids": list(args.stop_token_ids or []), "stop_strings": list(args.stop_strings or []),
+                 "min_new_tokens": args.min_new_tokens or 0, "repetition_penalty": args.repetition_penalty,
+                 "ignore_eos": args.ignore_eos}
     if args is None or greedy or not args.do_sample:
-        return SamplingParams(max_new_tokens=max_new, temperature=0.0, n=n, seed=seed,
-                              stop_token_ids=list(args.stop_token_ids or []) if args else [])
+        return SamplingParams(max_new_tokens=max_new, temperature=0.0, n=n, seed=seed, **knobs)
     return SamplingParams(
         max_new_tokens=max_new,
         temperature=args.temperature,
@@ -73,9 +97,26 @@ def sampling_params(cfg: PipelineConfig, section: Any, *, n: int, seed: int, gre
         top_k=args.top_k,
         min_p=args.min_p,
         n=n,
-        stop_token_ids=list(args.stop_token_ids or []),
         seed=seed,
+        **knobs,
     )
+
+
+def rollout_log_probs(gens: list[Generation], width: int) -> torch.Tensor:
+    """The engine's per-token log-probs laid out like the batch's responses: [B, width], 0 on padding."""
+    out = torch.zeros((len(gens), width))
+    for row, g in enumerate(gens):
+        out[row, : len(g.logprobs)] = torch.tensor(g.logprobs, dtype=torch.float32)
+    return out
+
+
+def logprob_mismatch(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean and max of |engine log-prob - trainer log-prob| over real response tokens: the
+    training-inference mismatch (0 when both run the same numerics)."""
+    gap = (engine - trainer).abs()[mask > 0]
+    if gap.numel() == 0:
+        return {}
+    return {"rollout/logprob_diff_mean": float(gap.mean()), "rollout/logprob_diff_max": float(gap.max())}
 
 
 class RLVRPipeline:
@@ -104,36 +145,82 @@ class RLVRPipeline:
         actor_world = len(groups["actor_train"].call_all("ping"))
         one_update = train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout == 1
         self.needs_old_log_probs = not one_update or cfg.add_token_level_kl
+        # actor_train recomputes them (the default) when needed, and on every step for an engine with its
+        # own kernels (vllm), so that rollout/logprob_diff_* tracks the training-inference mismatch
+        self.engine = topology.strategy_name("actor_infer", cfg.actor_infer)
+        self.recomputes_log_probs = ((self.needs_old_log_probs and not cfg.use_rollout_log_probs)
+                                     or self.engine != "hf_infer")
         # the rollout engine frees its memory while a colocated trainer works (vLLM-style sleep/wake)
         infer_devices = set(cfg.actor_infer.device_mapping or ())
         self.infer_sleeps = bool(infer_devices & set(cfg.actor_train.device_mapping or ()))
+        self.schedule = topology.rollout_schedule(cfg)
+        self.ledger = Ledger(self.output_dir / LEDGER_FILE)
+        self.producer: RolloutProducer | None = None  # one_step_off / async
+        self.backlog: list[Rollout | PendingBatch] = []  # sync: batches an async checkpoint left drawn
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
         cfg = self.cfg
         resume = resume_target(cfg, self.checkpoints)
+        held: dict[str, Any] = {}
         if resume is not None:
-            self.load_checkpoint(resume)
+            held = self.load_checkpoint(resume)
             self.log(f"resumed from {resume} at step {self.step}")
+        elif self.engine == "vllm" and cfg.actor_infer.strategy_args.strategy_config.load_format == "dummy":
+            self.sync_weights()  # the engine started with random weights: push the policy's
+        self.record_start(resume, held)
         self.emitter.status("running", step=self.step, total_steps=cfg.max_steps)
-        if cfg.val_before_train and self.step == 0 and self.eval_prompts:
-            self.emitter.metrics(self.evaluate(), step=0)
-        while self.step < cfg.max_steps:
-            started = time.perf_counter()
-            metrics = self.train_step(self.step + 1)
-            self.step += 1
-            if cfg.eval_steps > 0 and self.step % cfg.eval_steps == 0 and self.eval_prompts:
-                metrics.update(self.evaluate())
-            self.step_times.append(time.perf_counter() - started)
-            metrics["timing/step"] = self.step_times[-1]
-            self.history.append(metrics)
-            if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
-                self.emitter.metrics(metrics, step=self.step)
-            self.emitter.status("running", step=self.step, total_steps=cfg.max_steps, eta_s=self.eta())
-            self.log(self.progress_line(metrics))
-            if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
-                self.save_checkpoint()
+        try:
+            if cfg.val_before_train and self.step == 0 and self.eval_prompts:
+                self.emitter.metrics(self.evaluate(), step=0)
+            if self.schedule.overlaps:
+                self.producer = RolloutProducer(
+                    collect=self.collect, load_weights=self.load_engine_weights, sampler=self.sampler,
+                    ledger=self.ledger, lookahead=self.schedule.lookahead, last_batch=cfg.max_steps,
+                    trained_steps=self.step, next_batch=held.get("next_batch", self.step + 1),
+                    buffer=held.get("buffer", ()), pending=held.get("pending", ()))
+                self.producer.start()
+            else:
+                self.backlog = sorted([*held.get("buffer", ()), *held.get("pending", ())],
+                                      key=lambda b: b.batch_id)
+            while self.step < cfg.max_steps:
+                started = time.perf_counter()
+                step = self.step + 1
+                metrics = self.train_step(step) if self.producer is None else self.async_step(step)
+                self.step = step
+                if cfg.eval_steps > 0 and self.step % cfg.eval_steps == 0 and self.eval_prompts:
+                    metrics.update(self.evaluate())
+                self.step_times.append(time.perf_counter() - started)
+                metrics["timing/step"] = self.step_times[-1]
+                self.history.append(metrics)
+                if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
+                    self.emitter.metrics(metrics, step=self.step)
+                self.emitter.status("running", step=self.step, total_steps=cfg.max_steps, eta_s=self.eta())
+                self.log(self.progress_line(metrics))
+                if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
+                    self.save_checkpoint()
+            left = self.producer.leftovers() if self.producer is not None else [b.batch_id for b in self.backlog]
+            self.ledger.record("end", step=self.step, left=left)
+        finally:
+            if self.producer is not None:
+                self.producer.stop()
+            self.ledger.close()
         return self.history
+
+    def record_start(self, resume: Path | None, held: dict[str, Any]) -> None:
+        """The ledger's first record of this attempt: a fresh start, or what the checkpoint holds."""
+        settings = {"mode": self.schedule.mode, "lookahead": self.schedule.lookahead,
+                    "max_staleness": self.schedule.max_staleness, "stale_samples": self.cfg.stale_samples,
+                    "max_steps": self.cfg.max_steps}
+        if resume is None:
+            self.ledger.record("start", position=self.sampler.position, **settings)
+            return
+        same_run = held.get("ledger_path") == str(self.ledger.path.resolve())  # else a fork: its own ledger
+        self.ledger.record(
+            "resume", step=self.step, checkpoint=str(resume), upto=held["ledger_lines"] if same_run else None,
+            next_batch=held["next_batch"], position=self.sampler.position,
+            buffer={r.batch_id: r.prompt_indices for r in held["buffer"]},
+            pending={p.batch_id: p.prompt_indices for p in held["pending"]}, **settings)
 
     def eta(self) -> float:
         recent = self.step_times[-10:]
@@ -174,16 +261,89 @@ class RLVRPipeline:
         )
         return responses, torch.tensor(scores, dtype=torch.float32)
 
+    def collect(self, batch_id: int, prompt_indices: list[int], version: int) -> Rollout:
+        """Generate n responses per prompt with the engine's weights (policy `version`), seeded by the
+        batch id, and score them."""
+        cfg = self.cfg
+        records = [self.train_prompts[i] for i in prompt_indices]
+        started = time.perf_counter()
+        params = sampling_params(cfg, cfg.actor_infer, n=cfg.num_return_sequences_in_group,
+                                 seed=sampling_seed(cfg, cfg.actor_infer) * 1_000_003 + batch_id)
+        gens = self.generate(records, params)
+        generated = time.perf_counter()
+        responses, scores = self.score(records, gens)
+        return Rollout(batch_id, list(prompt_indices), version, gens, responses, scores,
+                       generate_s=generated - started, reward_s=time.perf_counter() - generated)
+
     def train_step(self, step: int) -> dict[str, float]:
-        cfg, timer = self.cfg, Timer()
+        """A synchronous step: batch `step` generated by the current policy, learned from, weights synced."""
+        timer = Timer()
+        rollout = self.sync_rollout(step)
+        metrics = self.learn(step, rollout, timer)
+        if step > self.cfg.critic_warmup:
+            with timer("weight_sync"):
+                self.sync_weights()
+        metrics.update(timer.values)
+        return metrics
+
+    def sync_rollout(self, step: int) -> Rollout:
+        """Batch `step`: freshly drawn, or drawn by the async run whose checkpoint this resumed; sync trains
+        on-policy, so a batch that checkpoint generated with older weights is dropped and regenerated."""
+        if self.backlog and self.backlog[0].batch_id == step:
+            held = self.backlog.pop(0)
+            if isinstance(held, Rollout) and held.version == step - 1:
+                return held
+            if isinstance(held, Rollout):
+                self.ledger.record("drop", batch=step, step=step, staleness=step - 1 - held.version,
+                                   samples=len(held.gens))
+            job = PendingBatch(held.batch_id, held.prompt_indices)
+        else:
+            job = draw_batch(self.sampler, step, self.ledger)
+        rollout = self.collect(job.batch_id, job.prompt_indices, version=step - 1)
+        self.ledger.record("generate", batch=step, version=step - 1, samples=len(rollout.gens))
+        return rollout
+
+    def async_step(self, step: int) -> dict[str, float]:
+        """A one_step_off / async step: batch `step` from the producer, learned from, weights published
+        (the producer loads them into the engine before its next generation)."""
+        assert self.producer is not None
+        timer = Timer()
+        rollout, waited, dropped = self.next_rollout(step)
+        with self.engine_turn() if self.schedule.time_shared else contextlib.nullcontext():
+            metrics = self.learn(step, rollout, timer)
+            with timer("weight_sync"):
+                updated = step > self.cfg.critic_warmup
+                self.producer.publish(step, self.groups["actor_train"].call_all("full_state_dict")[0]
+                                      if updated else None)
+        metrics.update(timer.values)
+        metrics.update(self.producer.drain_metrics())
+        metrics.update({"async/training_idle_s": waited, "async/weight_sync_s": timer.values["timing/weight_sync"],
+                        "async/dropped_samples": float(dropped)})
+        return metrics
+
+    def next_rollout(self, step: int) -> tuple[Rollout, float, int]:
+        """Batch `step` within max_staleness (or down-weighted later); a staler one is dropped and its
+        prompts regenerated with the latest weights. Returns it, the seconds waited, the samples dropped."""
+        assert self.producer is not None
+        waited, dropped = 0.0, 0
+        while True:
+            rollout, wait = self.producer.take(step)
+            waited += wait
+            staleness = step - 1 - rollout.version
+            if staleness <= self.schedule.max_staleness or self.cfg.stale_samples == "downweight":
+                return rollout, waited, dropped
+            self.ledger.record("drop", batch=step, step=step, staleness=staleness, samples=len(rollout.gens))
+            dropped += len(rollout.gens)
+            self.producer.requeue(rollout)
+
+    def learn(self, step: int, rollout: Rollout, timer: Timer) -> dict[str, float]:
+        """Everything after generation: the batch of prompts and responses, `update`, then the step's data
+        metrics, rollout samples and ledger record."""
+        cfg = self.cfg
         metrics: dict[str, float] = {}
-        records = [self.train_prompts[i] for i in self.sampler.next_batch()]
-        n = cfg.num_return_sequences_in_group
-        with timer("generate"):
-            params = sampling_params(cfg, cfg.actor_infer, n=n, seed=cfg.seed * 1_000_003 + step)
-            gens = self.generate(records, params)
-        with timer("reward"):
-            responses, scores = self.score(records, gens)
+        records = [self.train_prompts[i] for i in rollout.prompt_indices]
+        gens, responses, scores = rollout.gens, rollout.responses, rollout.scores
+        timer.values["timing/generate"], timer.values["timing/reward"] = rollout.generate_s, rollout.reward_s
         batch = build_batch(
             [records[g.prompt_index]["input_ids"] for g in gens],
             [g.token_ids for g in gens],
@@ -192,9 +352,45 @@ class RLVRPipeline:
         mask = batch["response_mask"]
         batch["scores"] = scores
         group_ids = torch.tensor([g.prompt_index for g in gens], dtype=torch.long)
-        if self.needs_old_log_probs:
+        engine_log_probs = rollout_log_probs(gens, mask.size(1))
+        # every sample carries the policy version that generated it; staleness = versions behind this update
+        staleness = (step - 1) - torch.full((len(gens),), rollout.version)
+        difficulty = (torch.tensor([float(records[g.prompt_index]["difficulty"]) for g in gens])
+                      if cfg.difficulty_loss_weight else None)
+        token_rewards, values, weights = self.update(step, batch, group_ids, engine_log_probs, timer, metrics,
+                                                     staleness=staleness, difficulty=difficulty)
+        metrics.update(data_metrics(
+            scores=scores, token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
+            prompt_lengths=torch.tensor([len(records[g.prompt_index]["input_ids"]) for g in gens]),
+            max_prompt_length=cfg.prompt_length,
+            truncated=torch.tensor([g.stop_reason == "length" for g in gens]),
+            values=values, returns=batch.get("returns"),
+        ))
+        self.emit_rollouts(step, records, gens, responses, scores, batch["advantages"], mask)
+        self.ledger.record("train", batch=rollout.batch_id, step=step, version=rollout.version,
+                           staleness=int(staleness.max()), samples=len(gens),
+                           **({"weight": float(weights.mean())} if weights is not None else {}))
+        return metrics
+
+    def update(self, step: int, batch: dict[str, torch.Tensor], group_ids: torch.Tensor,
+               engine_log_probs: torch.Tensor, timer: Timer, metrics: dict[str, float], *, staleness: torch.Tensor,
+               difficulty: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Everything between a built batch and new weights: old / reference log-probs, values, sample mask,
+        reward processing, token rewards (KL in the reward), advantages, loss weights, off-policy terms,
+        critic and actor updates. `batch` holds the rows (`response_mask`: the tokens the loss sees) and one
+        `scores` value per row; advantages (values, returns) are added to it. `staleness`: policy versions
+        each row lags behind. Returns (token rewards, values, sample weights). The agentic loop shares it."""
+        cfg = self.cfg
+        mask, scores = batch["response_mask"], batch["scores"]
+        corrects = bool((staleness > 0).any()) and cfg.off_policy_correction != "none"
+        if self.recomputes_log_probs or corrects:
             with timer("old_log_probs"):
                 batch["old_log_probs"] = torch.cat(self.groups["actor_train"].call_sharded("compute_log_probs", batch))
+            if not bool((staleness > 0).any()):  # for stale samples the gap is policy drift: async/is_ratio_*
+                metrics.update(logprob_mismatch(engine_log_probs, batch["old_log_probs"], mask))
+        if cfg.use_rollout_log_probs:
+            batch["old_log_probs"] = engine_log_probs
         if self.uses_reference:
             with timer("ref_log_probs"):
                 batch["ref_log_probs"] = torch.cat(self.groups["reference"].call_sharded("compute_log_probs", batch))
@@ -217,7 +413,7 @@ class RLVRPipeline:
                 token_rewards, current_kl = kl_algos.add_kl_to_rewards(processed, token_kl, mask, self.kl_ctrl.value)
                 metrics["actor/reward_kl"] = metrics["actor/reward_kl_penalty"] = current_kl  # ours, verl's
                 metrics["actor/kl_coef"] = metrics["actor/reward_kl_penalty_coeff"] = self.kl_ctrl.value
-                self.kl_ctrl = self.kl_ctrl.update(current_kl, n_steps=len(gens))
+                self.kl_ctrl = self.kl_ctrl.update(current_kl, n_steps=mask.size(0))
             else:
                 token_rewards = kl_algos.scores_to_token_rewards(processed, mask)
             token_rewards = rewarding.process_token_rewards(cfg, token_rewards, mask)
@@ -230,11 +426,16 @@ class RLVRPipeline:
                 batch["values"], batch["returns"] = values, adv.returns
         # the actor's loss sees only the kept samples (the critic still fits every sample's return)
         actor_batch = {**batch, "response_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}
-        difficulty = (torch.tensor([float(records[g.prompt_index]["difficulty"]) for g in gens])
-                      if cfg.difficulty_loss_weight else None)
         weights = rewarding.sample_weights(cfg, mask, difficulty)
+        if self.schedule.overlaps:
+            weights, stale_metrics = self.staleness_terms(step, staleness, weights)
+            metrics.update(stale_metrics)
         if weights is not None:
             actor_batch["sample_weights"] = weights
+        if corrects:
+            actor_batch, ratio_metrics = self.correct_off_policy(actor_batch, batch["old_log_probs"], engine_log_probs,
+                                                                 stale=staleness > 0)
+            metrics.update(ratio_metrics)
 
         if "critic" in self.groups:
             with timer("critic_update"):
@@ -243,28 +444,64 @@ class RLVRPipeline:
             with timer("actor_update"):
                 metrics.update(_mean_dicts(
                     self.groups["actor_train"].call_sharded("train_step", actor_batch, step=step)))
-            with timer("weight_sync"):
-                self.sync_weights()
 
-        metrics.update(data_metrics(
-            scores=scores, token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
-            prompt_lengths=torch.tensor([len(records[g.prompt_index]["input_ids"]) for g in gens]),
-            max_prompt_length=cfg.prompt_length,
-            truncated=torch.tensor([g.stop_reason == "length" for g in gens]),
-            values=values, returns=batch.get("returns"),
-        ))
-        metrics.update(timer.values)
-        self.emit_rollouts(step, records, gens, responses, scores, batch["advantages"], mask)
-        return metrics
+        return token_rewards, values, weights
+
+    def staleness_terms(self, step: int, staleness: torch.Tensor,
+                        weights: torch.Tensor | None) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """Staleness metrics; with stale_samples downweight, samples beyond max_staleness get loss weight
+        stale_sample_decay ^ (excess versions), on top of the other sample weights."""
+        cfg, bound = self.cfg, self.schedule.max_staleness
+        metrics = {"async/policy_version": float(step - 1), "async/staleness_min": float(staleness.min()),
+                   "async/staleness_mean": float(staleness.float().mean()),
+                   "async/staleness_max": float(staleness.max())}
+        beyond = staleness > bound
+        if cfg.stale_samples == "downweight" and bool(beyond.any()):
+            decay = off_policy.staleness_weights(staleness, bound, cfg.stale_sample_decay)
+            weights = decay if weights is None else weights * decay
+            metrics |= {"async/downweighted_samples": float(beyond.sum()),
+                        "async/stale_weight_mean": float(decay.mean())}
+        return weights, metrics
+
+    def correct_off_policy(self, actor_batch: dict[str, torch.Tensor], old_log_probs: torch.Tensor,
+                           behaviour_log_probs: torch.Tensor,
+                           stale: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Stale samples weighed by ρ = π_old/μ per token: `tis` scales their advantages by min(ρ, C) (exactly
+        the clipped surrogate weighted by it, w ≥ 0), `mask` leaves tokens with ρ outside [1/C, C] out."""
+        cfg = self.cfg
+        mask = actor_batch["response_mask"]
+        stale_mask = mask * stale.unsqueeze(-1).to(mask.dtype)
+        ratios = off_policy.importance_ratios(old_log_probs, behaviour_log_probs, stale_mask)
+        metrics = {f"async/{k}": v for k, v in
+                   off_policy.importance_ratio_stats(ratios, stale_mask, cfg.off_policy_cap).items()}
+        rows = stale.unsqueeze(-1)
+        if cfg.off_policy_correction == "tis":
+            weights = off_policy.truncated_importance_weights(ratios, stale_mask, cfg.off_policy_cap)
+            return {**actor_batch, "advantages": torch.where(rows, actor_batch["advantages"] * weights,
+                                                             actor_batch["advantages"])}, metrics
+        keep = off_policy.masked_importance_keep(ratios, stale_mask, cfg.off_policy_cap)
+        kept = torch.where(rows, mask * keep.to(mask.dtype), mask)
+        metrics["async/is_masked_tokens"] = float((mask - kept).sum())
+        return {**actor_batch, "response_mask": kept}, metrics
 
     def sync_weights(self) -> None:
-        state = self.groups["actor_train"].call_all("full_state_dict")[0]
+        self.load_engine_weights(self.groups["actor_train"].call_all("full_state_dict")[0])
+
+    def load_engine_weights(self, state: dict[str, torch.Tensor]) -> None:
         self.groups["actor_infer"].call_all("load_weights", state)
+
+    def engine_turn(self) -> contextlib.AbstractContextManager[Any]:
+        """actor_infer to this thread while the producer runs (it generates under the same lock)."""
+        return self.producer.engine_lock if self.producer is not None else contextlib.nullcontext()
+
+    def engine_session(self) -> contextlib.AbstractContextManager[Any]:
+        """actor_infer to this thread, holding the newest policy (the producer may be behind)."""
+        return self.producer.engine_session() if self.producer is not None else contextlib.nullcontext()
 
     def emit_rollouts(self, step: int, records: list[dict], gens: list[Generation], responses: list[str],
                       scores: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> None:
         samples = []
-        for i, g in enumerate(gens[:ROLLOUT_SAMPLES_PER_STEP]):
+        for i, g in enumerate(gens[: self.cfg.logged_rollout_samples]):
             real = mask[i] > 0
             samples.append({
                 "prompt": records[g.prompt_index]["prompt"],
@@ -291,12 +528,14 @@ class RLVRPipeline:
         greedy = cfg.val_greedy or section is None or section.generating_args is None
         records = self.eval_prompts
         all_scores = []
-        for start in range(0, len(records), cfg.val_batch_size):
-            part = records[start : start + cfg.val_batch_size]
-            params = sampling_params(cfg, section, n=n, seed=cfg.seed + 7 * start, greedy=greedy)
-            gens = self.generate(part, params)
-            _, scores = self.score(part, gens)
-            all_scores.append(scores)
+        with self.engine_session():
+            for start in range(0, len(records), cfg.val_batch_size):
+                part = records[start : start + cfg.val_batch_size]
+                params = sampling_params(cfg, section, n=n, seed=sampling_seed(cfg, section) + 7 * start,
+                                         greedy=greedy)
+                gens = self.generate(part, params)
+                _, scores = self.score(part, gens)
+                all_scores.append(scores)
         scores = torch.cat(all_scores)
         return {
             "eval/reward/mean": float(scores.mean()),
@@ -305,26 +544,45 @@ class RLVRPipeline:
         }
 
     # -- checkpoints ----------------------------------------------------------------------------
+    def rollout_snapshot(self) -> dict[str, Any]:
+        """The sampler and the batches drawn but not trained: generated (buffer) or not (pending)."""
+        if self.producer is not None:
+            return self.producer.snapshot()
+        held = self.backlog
+        return {"sampler": self.sampler.state_dict(), "position": self.sampler.position,
+                "next_batch": max([self.step, *(b.batch_id for b in held)]) + 1, "ledger_lines": self.ledger.lines,
+                "buffer": [b for b in held if isinstance(b, Rollout)],
+                "pending": [b for b in held if isinstance(b, PendingBatch)]}
+
     def save_checkpoint(self) -> None:
         started = time.perf_counter()
+        held = self.rollout_snapshot()
         with ckpt.atomic_checkpoint_dir(self.checkpoints, self.step) as tmp:
             state = {
                 "step": self.step,
-                "sampler": self.sampler.state_dict(),
+                "sampler": held["sampler"],
                 "kl_ctrl": {"type": type(self.kl_ctrl).__name__, **asdict(self.kl_ctrl)},
                 "reward_stats": self.reward_state.state_dict(),
                 "step_times": self.step_times[-10:],
+                "rollout": {"next_batch": held["next_batch"], "ledger_lines": held["ledger_lines"],
+                            "ledger_path": str(self.ledger.path.resolve()),
+                            "pending": [asdict(p) for p in held["pending"]]},
             }
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
+            (tmp / ROLLOUT_BUFFER_FILE).write_text(json.dumps([r.to_state() for r in held["buffer"]]))
             torch.save(ckpt.get_rng_state(), tmp / "driver_rng.pt")
             for role in ("actor_train", "critic"):
                 if role in self.groups:
                     self.groups[role].call_all("save_checkpoint", str(tmp))
-            for role in ("actor_infer", "reference"):
-                if role in self.groups:
-                    self.groups[role].call_all("save_rng", str(tmp))
+            with self.engine_turn():
+                self.groups["actor_infer"].call_all("save_rng", str(tmp))
+            if "reference" in self.groups:
+                self.groups["reference"].call_all("save_rng", str(tmp))
             self.groups["actor_train"].call_all("save_hf", str(tmp / "hf_model"), policy_path(self.cfg))
         final = self.checkpoints / f"step_{self.step}"
+        self.ledger.record("checkpoint", step=self.step, upto=held["ledger_lines"], path=str(final),
+                           buffer=[r.batch_id for r in held["buffer"]], pending=[p.batch_id for p in held["pending"]])
+        self.ledger.sync()
         removed = ckpt.enforce_retention(self.checkpoints, self.cfg.max_ckpts_to_keep)
         contents = ["model", "optimizer", "scheduler", "rng", "data"]
         self.emitter.checkpoint(step=self.step, path=str(final), size_bytes=ckpt.checkpoint_size(final),
@@ -332,7 +590,9 @@ class RLVRPipeline:
         self.log(f"saved checkpoint {final} in {time.perf_counter() - started:.1f} s"
                  + (f" (removed {len(removed)} old)" if removed else ""))
 
-    def load_checkpoint(self, path: Path) -> None:
+    def load_checkpoint(self, path: Path) -> dict[str, Any]:
+        """Restore every stateful part; returns the rollout state the checkpoint holds (batches drawn and
+        not trained, the next batch id, the ledger it was recorded in)."""
         state = json.loads((path / "trainer_state.json").read_text())
         self.step = int(state["step"])
         self.sampler.load_state_dict(state["sampler"])
@@ -350,6 +610,13 @@ class RLVRPipeline:
                 self.groups[role].call_all("load_rng", str(path))
         ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=True))
         self.sync_weights()
+        held = state.get("rollout", {})  # absent in checkpoints older than the ledger
+        buffer_file = path / ROLLOUT_BUFFER_FILE
+        return {"next_batch": held.get("next_batch", self.step + 1), "ledger_lines": held.get("ledger_lines"),
+                "ledger_path": held.get("ledger_path"),
+                "buffer": [Rollout.from_state(r) for r in json.loads(buffer_file.read_text())]
+                if buffer_file.exists() else [],
+                "pending": [PendingBatch(**p) for p in held.get("pending", [])]}
 
 
 def resume_target(cfg: PipelineConfig, root: Path) -> Path | None:

@@ -1,13 +1,18 @@
 """Set up and run one RLVR training run: config -> model dirs -> telemetry -> worker groups -> loop.
 
 ``run_training`` never raises for a failed run: it emits ``status: failed`` (with the error) and
-returns exit code 1, so the platform sees a terminal state even when a worker died.
+returns exit code 1, so the platform sees a terminal state even when a worker died. A run stopped by
+SIGTERM (Ray's stop_job, which is how the platform cancels) reports ``cancelled`` instead.
+
+Until its first step is done a run reports ``starting`` with the phase as the message: loading the
+tokenizer and data, placing workers (Ray), loading each role's model, the first rollout.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -49,7 +54,8 @@ def roles_in_use(cfg: PipelineConfig) -> list[str]:
         if cfg.critic is None:
             raise ValueError("critic: adv_estimator 'gae' needs a critic section")
         roles.append("critic")
-    roles.append("reward")
+    if cfg.train_env_manager is None:  # the agentic pipeline's rewards come from its environments
+        roles.append("reward")
     return roles
 
 
@@ -62,33 +68,38 @@ def _with_reference_default(cfg: PipelineConfig) -> Any:
     return cfg
 
 
-def build_groups(cfg: PipelineConfig, roles: list[str], backend: str) -> dict[str, Any]:
-    """One worker group per role: Ray actors placed by device_mapping, or in-process (``local``)."""
-    from trainer.cluster.workers import WORKER_CLASSES, strategy_name
+def build_groups(cfg: PipelineConfig, roles: list[str], backend: str,
+                 phase: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """One worker group per role: Ray actors placed by device_mapping, or in-process (``local``).
+    ``phase`` hears what is being done (placing workers, loading a role's model)."""
+    from trainer.cluster.workers import WORKER_CLASSES, needs_process_group
 
     groups: dict[str, Any] = {}
     if backend == "local":
         from trainer.cluster.worker_group import LocalWorkerGroup
 
         for role in roles:
-            section = getattr(cfg, role, None)
-            sharded = section is not None and strategy_name(section, "") == "fsdp2_train"
-            groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,), distributed=sharded)
+            phase(f"loading model: {role}")
+            groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,),
+                                            distributed=needs_process_group(cfg, role))
         return groups
 
     from trainer.cluster.resources import plan_resource_pools
     from trainer.cluster.worker_group import LocalWorkerGroup, WorkerGroup
 
+    phase("placing workers")
     ensure_ray()
     pools = plan_resource_pools(cfg)
     for role in roles:
         if role == "reward":  # rule rewards are cheap, pure Python: scored in the driver
             groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,))
             continue
-        distributed = role in ("actor_train", "critic") and pools[role].placement(role).world_size > 1
+        phase(f"placing workers and loading model: {role}")
+        distributed = needs_process_group(cfg, role)
         env_vars = {**cfg.system_envs, **getattr(cfg, role).system_envs}
         groups[role] = WorkerGroup(WORKER_CLASSES[role], role, pools[role], init_args=(cfg,),
-                                   distributed=distributed, env_vars=env_vars, timeout_s=cfg.rpc_timeout)
+                                   distributed=distributed, env_vars=env_vars, timeout_s=cfg.rpc_timeout,
+                                   backend_timeout_minutes=getattr(cfg, role).backend_timeout)
     return groups
 
 
@@ -120,13 +131,16 @@ def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "
     say = log or (lambda line: print(line, flush=True))
     groups: dict[str, Any] = {}
     try:
-        emitter.status("starting", step=0, total_steps=cfg.max_steps)
-        pipeline = prepare_pipeline(cfg, emitter, backend=backend, log=say, groups=groups)
+        emitter.status("starting", step=0, total_steps=cfg.max_steps, message="loading tokenizer and data")
+        pipeline = prepare_pipeline(cfg, StartupPhases(emitter), backend=backend, log=say, groups=groups)
         pipeline.run()
     except BaseException as exc:  # a worker crash, a bad value found late, Ctrl-C: always a terminal state
         message = f"{type(exc).__name__}: {exc}"
         emitter.log("error", traceback.format_exc())
-        emitter.status("failed", step=emitter.step, total_steps=cfg.max_steps, message=message)
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:  # Ray's handler: sys.exit(signum)
+            emitter.status("cancelled", step=emitter.step, total_steps=cfg.max_steps, message="stopped by SIGTERM")
+        else:
+            emitter.status("failed", step=emitter.step, total_steps=cfg.max_steps, message=message)
         print(f"training failed: {message}", file=sys.stderr, flush=True)
         emitter.close()
         _shutdown(groups)
@@ -137,6 +151,29 @@ def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "
     emitter.close()
     _shutdown(groups)
     return EXIT_OK
+
+
+class StartupPhases:
+    """The run's telemetry for the pipeline, reporting the start's phases: ``phase(text)`` sends
+    ``starting`` with that text, and the pipeline's first ``running`` report without an ETA (the one it
+    sends before its first step) becomes the last phase, "first rollout"."""
+
+    def __init__(self, telemetry: Any) -> None:
+        self._telemetry = telemetry
+        self._started = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._telemetry, name)
+
+    def phase(self, message: str) -> None:
+        self._telemetry.status("starting", step=self._telemetry.step, total_steps=None, message=message)
+
+    def status(self, state: str, step: int, total_steps: int | None = None, eta_s: float | None = None,
+               message: str = "") -> None:
+        if state == "running" and eta_s is None and not self._started:
+            state, message = "starting", message or "first rollout"
+        self._started = self._started or state == "running"
+        self._telemetry.status(state, step, total_steps, eta_s, message)
 
 
 def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[str], None],
@@ -152,7 +189,16 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     hf_logging.disable_progress_bar()
     cfg = _with_reference_default(materialise_tiny_models(cfg))
     roles = roles_in_use(cfg)
-    tokenizer = load_tokenizer(policy_path(cfg))
+    tokenizer = load_tokenizer(policy_path(cfg), trust_remote_code=cfg.actor_train.model_args.trust_remote_code)
+    if cfg.train_env_manager is not None:  # environments instead of prompts: the agentic pipeline
+        from trainer.pipeline.agentic import AgenticPipeline, build_env_managers
+
+        train_envs, val_envs = build_env_managers(cfg)  # a bad env fails here, before any worker starts
+        groups.update(build_groups(cfg, roles, backend, phase=emitter.phase))
+        log(f"roles: {', '.join(roles)}; {len(train_envs.tags)} train / "
+            f"{len(val_envs.tags) if val_envs else 0} eval env groups; backend {backend}")
+        return AgenticPipeline(cfg, emitter, groups=groups, tokenizer=tokenizer, train_envs=train_envs,
+                               val_envs=val_envs, log=log)
     data_args = cfg.actor_train.data_args
     if data_args is None:
         raise ValueError("actor_train.data_args: no training data (set file_name or synthetic)")
@@ -168,7 +214,7 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     data_seed = cfg.actor_train.training_args.data_seed
     sampler = PromptSampler(len(train), cfg.rollout_batch_size, seed=cfg.seed if data_seed is None else data_seed,
                             shuffle=data_args.shuffle)
-    groups.update(build_groups(cfg, roles, backend))
+    groups.update(build_groups(cfg, roles, backend, phase=emitter.phase))
     sizes = ", ".join(f"{role} x{len(groups[role].call_all('ping'))}" for role in roles)
     log(f"roles: {sizes}; {len(train)} train / {len(evals)} eval prompts; backend {backend}")
     return RLVRPipeline(cfg, emitter, groups=groups, tokenizer=tokenizer, train_prompts=train,
@@ -176,6 +222,8 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
 
 
 def _shutdown(groups: dict[str, Any]) -> None:
-    for group in groups.values():
+    # last built first: an in-process vLLM engine (actor_infer) releases the torch.distributed groups it
+    # made on top of actor_train's process group before that group is destroyed
+    for group in reversed(list(groups.values())):
         with contextlib.suppress(Exception):  # best effort while already failing or finishing
             group.shutdown()

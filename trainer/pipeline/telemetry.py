@@ -53,9 +53,11 @@ class RunTelemetry:
 def open_emitter(cfg: PipelineConfig, identity: Any) -> RunTelemetry:
     """Events into ``output_dir/events.jsonl`` (+ Redis when configured) and the config's tracker."""
     emitter = open_event_emitter(cfg.output_dir, identity.run_id, identity.attempt, identity.events_redis)
+    # tensorboard writes to logging_dir unless tracker_kwargs names its own log_dir
+    kwargs = {"log_dir": cfg.logging_dir, **cfg.tracker_kwargs} if cfg.track_with == "tensorboard" else cfg.tracker_kwargs
     try:
         tracker = build_tracker(cfg.track_with, cfg.output_dir, run_name=identity.run_id,
-                                config=cfg.model_dump(mode="json"), **cfg.tracker_kwargs)
+                                config=cfg.model_dump(mode="json"), **kwargs)
     except Exception:
         emitter.close()
         raise

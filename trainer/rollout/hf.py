@@ -7,7 +7,7 @@ forward pass, and our own loop gives the exact log-probs we document in ``Genera
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +41,23 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float, min_p: float) -> Ten
     return logits
 
 
+def apply_repetition_penalty(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
+    """CTRL's rule as vLLM and HF apply it: on tokens already seen (prompt or response),
+    ``logit / penalty`` where the logit is positive and ``logit * penalty`` where it is not."""
+    if penalty == 1.0:
+        return logits
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def seen_tokens(prompts: list[list[int]], vocab_size: int) -> Tensor:
+    """[batch, vocab] bool mask of the tokens each prompt contains (for the repetition penalty)."""
+    seen = torch.zeros((len(prompts), vocab_size), dtype=torch.bool)
+    for row, prompt in enumerate(prompts):
+        seen[row, torch.tensor(prompt, dtype=torch.long)] = True
+    return seen
+
+
 class HFInferEngine:
     """Rollout engine over an in-memory ``PreTrainedModel`` (``hf_infer``)."""
 
@@ -52,8 +69,11 @@ class HFInferEngine:
         pad_token_id: int,
         device: str = "cpu",
         max_batch_size: int | None = None,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
+        """``decode`` (token ids -> text, e.g. ``tokenizer.decode``) is needed for stop strings."""
         self.model = model.to(device).eval()
+        self.decode = decode
         self.device = torch.device(device)
         self.eos_token_ids = list(eos_token_ids)
         self.pad_token_id = pad_token_id
@@ -115,14 +135,18 @@ class HFInferEngine:
         padded = left_pad(prompts, self.pad_token_id)
         batch, width = padded["input_ids"].shape
         steps = params.max_new_tokens
+        if params.stop_strings and self.decode is None:
+            raise ValueError("stop_strings: this hf_infer engine was built without a tokenizer to decode with")
         # the mask for every step, sliced as the sequence grows (new tokens are always attended)
         full_mask = torch.cat([padded["attention_mask"], torch.ones((batch, steps), dtype=torch.long)], -1)
         full_mask = full_mask.to(self.device)
         step_ids = padded["input_ids"].to(self.device)
         step_pos = (full_mask[:, :width].cumsum(-1) - 1).clamp(min=0)
-        eos = torch.tensor(self.eos_token_ids, dtype=torch.long)
+        eos = torch.tensor([] if params.ignore_eos else self.eos_token_ids, dtype=torch.long)
         stop = torch.tensor(list(params.stop_token_ids), dtype=torch.long)
+        ending = torch.cat([eos, stop]).unique()
         filtering = params.top_k > 0 or params.top_p < 1.0 or params.min_p > 0.0
+        seen = None
 
         cache = DynamicCache()
         tokens = torch.full((batch, steps), self.pad_token_id, dtype=torch.long)
@@ -141,19 +165,33 @@ class HFInferEngine:
             )
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float().cpu()
-            scaled = logits / params.temperature if params.temperature > 0 else logits
-            logp = scaled.log_softmax(-1)
+            if seen is None and params.repetition_penalty != 1.0:
+                seen = seen_tokens(prompts, logits.size(-1))
+            # what is sampled from: penalised, EOS/stop masked before min_new_tokens, then scaled
+            processed = apply_repetition_penalty(logits, seen, params.repetition_penalty) if seen is not None \
+                else logits
+            if t < params.min_new_tokens and ending.numel():
+                processed = processed.index_fill(-1, ending, float("-inf"))
             if params.temperature == 0.0:
-                chosen = logits.argmax(-1)
+                logp = logits.log_softmax(-1)
+                chosen = processed.argmax(-1)
             else:
-                probs = filter_logits(scaled, params.top_k, params.top_p, params.min_p).softmax(-1) if filtering \
-                    else logp.exp()
+                logp = (logits / params.temperature).log_softmax(-1)
+                scaled = processed / params.temperature
+                if filtering:
+                    probs = filter_logits(scaled, params.top_k, params.top_p, params.min_p).softmax(-1)
+                else:
+                    probs = logp.exp() if processed is logits else scaled.softmax(-1)
                 chosen = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
             chosen = torch.where(done, torch.full_like(chosen, self.pad_token_id), chosen)
             tokens[:, t] = chosen
             logprobs[:, t] = logp.gather(-1, chosen[:, None]).squeeze(-1)
+            if seen is not None:
+                seen[torch.arange(batch), chosen] = True
             hit_eos = torch.isin(chosen, eos) & ~done
             hit_stop = torch.isin(chosen, stop) & ~done & ~hit_eos
+            if params.stop_strings and t + 1 >= params.min_new_tokens:
+                hit_stop |= self._completes_stop_string(tokens[:, : t + 1], ~done & ~hit_eos, params.stop_strings)
             if bool((hit_eos | hit_stop).any()):
                 for row in torch.nonzero(hit_eos | hit_stop).flatten().tolist():
                     lengths[row] = t + 1
@@ -174,3 +212,13 @@ class HFInferEngine:
             )
             for row, (p, s) in enumerate(index)
         ]
+
+    def _completes_stop_string(self, tokens: Tensor, active: Tensor, stop_strings: Sequence[str]) -> Tensor:
+        """Rows whose response text now contains a stop string (checked each step, so the first
+        occurrence ends the response at the token that completed it)."""
+        assert self.decode is not None
+        hit = torch.zeros(tokens.size(0), dtype=torch.bool)
+        for row in torch.nonzero(active).flatten().tolist():
+            text = self.decode(tokens[row].tolist())
+            hit[row] = any(s in text for s in stop_strings)
+        return hit

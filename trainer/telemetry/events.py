@@ -35,7 +35,27 @@ class MetricsData(TypedDict):
     values: dict[str, float]
 
 
+class TurnRecord(TypedDict):
+    """One turn of an agentic trajectory: a user turn holds an observation (never trained), an
+    assistant turn a reply (trained), with the environment's reward for it and its format penalty."""
+
+    role: str  # TURN_ROLES
+    text: str
+    tokens: int  # tokens this turn adds to the trajectory (0: the final observation, shown only)
+    loss: bool  # whether the loss applies to its tokens
+    reward: NotRequired[float]  # assistant turns: env reward of this reply
+    penalty: NotRequired[float]  # assistant turns: format penalty (<= 0; 0 when the format held)
+    format_ok: NotRequired[bool]
+    action: NotRequired[str | None]  # the parsed action, None when the format broke
+    stop_reason: NotRequired[str]  # how the engine ended this reply: eos / length / stop
+
+
 class RolloutSample(TypedDict):
+    """One rollout. RLVR: a prompt and one response. Agentic: a whole trajectory — `prompt` is the first
+    user message, `response` the rest of the conversation (replies and observations), `reward` its score
+    (Σ turn rewards + penalties), `stop_reason` = `done_reason`, `group_id` the start state, and the
+    per-token arrays align with `tokens` (all response tokens; `token_mask` 1 where the loss applies)."""
+
     prompt: str
     response: str
     reward: float
@@ -48,6 +68,13 @@ class RolloutSample(TypedDict):
     tokens: NotRequired[list[str]]
     token_logprobs: NotRequired[list[float]]
     token_advantages: NotRequired[list[float]]
+    token_mask: NotRequired[list[int]]
+    env_tag: NotRequired[str]
+    success: NotRequired[bool]
+    num_turns: NotRequired[int]  # replies
+    done_reason: NotRequired[str]  # trainer.envs.base.DONE_REASONS
+    turns: NotRequired[list[TurnRecord]]
+    render_path: NotRequired[str]  # text frames under render_save_dir
 
 
 class RolloutsData(TypedDict):
@@ -73,6 +100,8 @@ class SystemData(TypedDict):
 # Required keys of a RolloutSample (spelled out: with postponed annotations TypedDict cannot see NotRequired).
 ROLLOUT_SAMPLE_KEYS: tuple[str, ...] = ("prompt", "response", "reward", "advantage", "prompt_length",
                                         "response_length", "stop_reason", "group_id", "sample_index")
+TURN_KEYS: tuple[str, ...] = ("role", "text", "tokens", "loss")
+TURN_ROLES: tuple[str, ...] = ("user", "assistant")
 
 
 @dataclass(frozen=True)
@@ -178,6 +207,11 @@ def rollouts_data(samples: Iterable[Mapping[str, Any]]) -> RolloutsData:
         missing = [k for k in ROLLOUT_SAMPLE_KEYS if k not in sample]
         if missing:
             raise ValueError(f"rollouts.samples[{i}]: missing {', '.join(sorted(missing))}")
+        for j, turn in enumerate(sample.get("turns") or []):
+            lacking = [k for k in TURN_KEYS if k not in turn]
+            if lacking or turn["role"] not in TURN_ROLES:
+                raise ValueError(f"rollouts.samples[{i}].turns[{j}]: needs {', '.join(TURN_KEYS)} with role one of "
+                                 f"{', '.join(TURN_ROLES)}; got keys {sorted(turn)}")
         out.append(dict(sample))
     return {"samples": out}  # type: ignore[typeddict-item]
 

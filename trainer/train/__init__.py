@@ -1,22 +1,52 @@
-"""Training strategies behind one protocol (docs/decisions/0001-module-contracts.md).
+"""Training and forward-only strategies behind one protocol (docs/decisions/0001-module-contracts.md).
 
-`torch_train` (one process) and `fsdp2_train` (FSDP2 over an initialised torch.distributed group)
-exist now; `deepspeed_train` and `megatron_train` join later behind the same `TrainStrategy`.
+Training: `torch_train` (one process), `fsdp2_train` (FSDP2), `deepspeed_train` (DeepSpeed ZeRO) and
+`megatron_train` (megatron-core TP × PP, CUDA only) over an initialised torch.distributed group.
+Forward-only roles (reference): `hf_infer` / `torch_train` (the whole model), `fsdp2_infer`,
+`deepspeed_infer` and `megatron_infer` (sharded), behind `ForwardStrategy`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from trainer.train.base import LossFn, OptimConfig, TrainStrategy, lr_multiplier
+from trainer.train.base import (
+    ForwardStrategy,
+    LossFn,
+    OptimConfig,
+    PlainForward,
+    TrainStrategy,
+    lr_multiplier,
+)
 
-STRATEGIES = ("torch_train", "fsdp2_train")
-PLANNED_STRATEGIES = ("deepspeed_train", "megatron_train")
+if TYPE_CHECKING:
+    from trainer.config.topology import TrainShape
 
-__all__ = ["STRATEGIES", "LossFn", "OptimConfig", "TrainStrategy", "build_strategy", "lr_multiplier"]
+STRATEGIES = ("torch_train", "fsdp2_train", "deepspeed_train", "megatron_train")
+FORWARD_STRATEGIES = ("hf_infer", "torch_train", "fsdp2_infer", "deepspeed_infer", "megatron_infer")
+# strategies whose ranks form one torch.distributed group (the worker groups set it up)
+PROCESS_GROUP_STRATEGIES = frozenset({"fsdp2_train", "fsdp2_infer", "deepspeed_train", "deepspeed_infer",
+                                      "megatron_train", "megatron_infer"})
+
+__all__ = [
+    "FORWARD_STRATEGIES",
+    "PROCESS_GROUP_STRATEGIES",
+    "STRATEGIES",
+    "ForwardStrategy",
+    "LossFn",
+    "OptimConfig",
+    "TrainStrategy",
+    "build_forward_strategy",
+    "build_strategy",
+    "lr_multiplier",
+]
+
+
+def _as_mapping(strategy_config: Mapping[str, Any] | Any | None) -> Mapping[str, Any] | None:
+    return strategy_config.model_dump(exclude_unset=True) if hasattr(strategy_config, "model_dump") else strategy_config
 
 
 def build_strategy(
@@ -28,15 +58,17 @@ def build_strategy(
     world_size: int = 1,
     device: str = "cpu",
     strategy_config: Mapping[str, Any] | Any | None = None,
+    shape: TrainShape | None = None,
 ) -> TrainStrategy:
     """Wrap `model` (same initial weights on every rank) in the named strategy.
 
     `strategy_config` is the role's `strategy_args.strategy_config` (fsdp2_train: param_dtype,
-    reduce_dtype, reshard_after_forward, cpu_offload, offload_pin_memory, fsdp_size): a mapping or
-    the schema's pydantic model.
+    reduce_dtype, reshard_after_forward, cpu_offload, offload_pin_memory, fsdp_size; deepspeed_train:
+    a DeepSpeed JSON, trainer.train.deepspeed_config; megatron_train: the schema's MegatronConfig keys,
+    trainer.train.megatron_config): a mapping or the schema's pydantic model.
+    `shape` is the role's TrainShape (deepspeed_train derives DeepSpeed's batch keys from it).
     """
-    if hasattr(strategy_config, "model_dump"):
-        strategy_config = strategy_config.model_dump()
+    strategy_config = _as_mapping(strategy_config)
     if name == "torch_train":
         if world_size != 1:
             raise ValueError(f"torch_train is single-process; got world_size={world_size} (use fsdp2_train)")
@@ -51,6 +83,59 @@ def build_strategy(
         return FSDP2Strategy(
             model, optim, rank=rank, world_size=world_size, device=device, strategy_config=strategy_config
         )
-    if name in PLANNED_STRATEGIES:
-        raise NotImplementedError(f"strategy {name!r} is not implemented yet; available: {', '.join(STRATEGIES)}")
+    if name == "deepspeed_train":
+        if shape is None:
+            raise ValueError("deepspeed_train needs the role's TrainShape (trainer.config.topology.train_shape)")
+        from trainer.train.deepspeed_strategy import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(
+            model, optim, rank=rank, world_size=world_size, shape=shape, device=device, strategy_config=strategy_config
+        )
+    if name == "megatron_train":
+        from trainer.train.megatron_config import require_cuda
+
+        require_cuda(name)  # before importing megatron-core: the reason, not an import-time warning
+        from trainer.train.megatron_strategy import MegatronStrategy
+
+        return MegatronStrategy(
+            model, optim, rank=rank, world_size=world_size, device=device, strategy_config=strategy_config
+        )
     raise ValueError(f"unknown training strategy {name!r}; valid: {', '.join(STRATEGIES)}")
+
+
+def build_forward_strategy(
+    name: str,
+    model: nn.Module,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    device: str = "cpu",
+    strategy_config: Mapping[str, Any] | Any | None = None,
+) -> ForwardStrategy:
+    """A frozen `model` for a forward-only role. hf_infer / torch_train: the whole model on this
+    rank; fsdp2_infer (Fsdp2Config keys), deepspeed_infer (a DeepSpeed JSON; ZeRO-3 partitions the
+    parameters) and megatron_infer (MegatronConfig keys; TP × PP, CUDA only): sharded over the
+    initialised process group."""
+    strategy_config = _as_mapping(strategy_config)
+    if name in ("hf_infer", "torch_train"):
+        if strategy_config:
+            raise ValueError(f"strategy_config: {name} as a forward-only role takes no options, got {sorted(strategy_config)}")
+        return PlainForward(model, device=device)
+    if name == "fsdp2_infer":
+        from trainer.train.fsdp2_strategy import FSDP2Forward
+
+        return FSDP2Forward(model, rank=rank, world_size=world_size, device=device, strategy_config=strategy_config)
+    if name == "deepspeed_infer":
+        from trainer.train.deepspeed_strategy import DeepSpeedForward
+
+        return DeepSpeedForward(model, rank=rank, world_size=world_size, device=device, strategy_config=strategy_config)
+    if name == "megatron_infer":
+        from trainer.train.megatron_config import require_cuda
+
+        require_cuda(name)
+        from trainer.train.megatron_strategy import MegatronForward
+
+        return MegatronForward(
+            model, rank=rank, world_size=world_size, device=device, strategy_config=strategy_config
+        )
+    raise ValueError(f"unknown forward-only strategy {name!r}; valid: {', '.join(FORWARD_STRATEGIES)}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 T = TypeVar("T")
@@ -24,6 +25,7 @@ LossFn = Callable[[nn.Module, dict[str, Tensor]], tuple[Tensor, dict[str, float]
 """(model, micro_batch) -> (loss already divided by the GLOBAL normaliser, float metrics)."""
 
 LR_SCHEDULER_TYPES = ("constant", "linear", "cosine")
+OPTIMIZERS = ("adamw", "adamw_torch", "adam", "sgd")  # training_args.optim
 RESERVED_METRICS = ("loss", "grad_norm", "lr", "update_skipped")
 
 
@@ -40,8 +42,11 @@ class OptimConfig:
     num_training_steps: int = 1
     max_grad_norm: float | None = 1.0
     min_lr_ratio: float = 0.0  # linear/cosine decay towards lr × this instead of 0
+    optimizer: str = "adamw"
 
     def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"OptimConfig.optimizer={self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
             raise ValueError(
                 f"OptimConfig.lr_scheduler_type={self.lr_scheduler_type!r} is not supported; "
@@ -86,21 +91,41 @@ class OptimConfig:
             num_training_steps=num_training_steps,
             max_grad_norm=get("max_grad_norm", defaults.max_grad_norm),
             min_lr_ratio=float(get("min_lr_ratio", 0.0)),
+            optimizer=str(get("optim", "adamw")),
         )
 
 
-class TrainStrategy(Protocol):
-    model: nn.Module
+class ForwardStrategy(Protocol):
+    """A forward-only role (reference, log-prob roles): the model, maybe sharded, without an optimizer."""
 
-    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]: ...
+    model: nn.Module
 
     def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T: ...
 
     def full_state_dict(self) -> dict[str, Tensor]: ...
 
+
+class TrainStrategy(ForwardStrategy, Protocol):
+    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]: ...
+
     def save_checkpoint(self, path: Path) -> None: ...
 
     def load_checkpoint(self, path: Path) -> None: ...
+
+
+class PlainForward:
+    """`hf_infer` / `torch_train` as a forward-only role: the whole frozen model on this rank's device."""
+
+    def __init__(self, model: nn.Module, *, device: str = "cpu") -> None:
+        self.model = model.to(torch.device(device)).eval()
+        self.model.requires_grad_(False)
+
+    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
+        with torch.no_grad():
+            return fn(self.model)
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
 
 def lr_multiplier(step: int, cfg: OptimConfig) -> float:
@@ -125,7 +150,13 @@ def lr_multiplier(step: int, cfg: OptimConfig) -> float:
     return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * decay
 
 
-def build_optimizer(params: Any, cfg: OptimConfig) -> torch.optim.AdamW:
+def build_optimizer(params: Any, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW (decoupled weight decay), Adam (L2 decay added to the gradient) or plain SGD, as the
+    Hugging Face `optim` names them."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
@@ -151,6 +182,19 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float | None) -> Tensor
     return total_norm
 
 
+def require_process_group(name: str, rank: int, world_size: int) -> None:
+    """Sharded strategies join the default process group the caller set up; its rank and size must match."""
+    if not dist.is_initialized():
+        raise RuntimeError(
+            f"{name} needs torch.distributed initialised by the caller (e.g. WorkerGroup(..., distributed=True)); it is not"
+        )
+    if (rank, world_size) != (dist.get_rank(), dist.get_world_size()):
+        raise ValueError(
+            f"{name} got rank={rank}, world_size={world_size} but the process group has "
+            f"rank={dist.get_rank()}, world_size={dist.get_world_size()}"
+        )
+
+
 def to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
@@ -164,22 +208,31 @@ def check_loss_metrics(metrics: Mapping[str, float]) -> None:
         )
 
 
+def plain_backward(loss: Tensor, last: bool) -> None:
+    loss.backward()
+
+
 def accumulate_gradients(
-    model: nn.Module, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn, device: torch.device
+    model: nn.Module,
+    micro_batches: list[dict[str, Tensor]],
+    loss_fn: LossFn,
+    device: torch.device,
+    backward: Callable[[Tensor, bool], None] = plain_backward,
 ) -> tuple[Tensor, dict[str, float]]:
     """Backward on every micro-batch; returns (Σ losses, metrics averaged over micro-batches).
 
     The losses are already divided by the global normaliser, so their sum is the step's objective
     and the accumulated gradients are its gradient — no rescaling by the micro-batch count.
+    `backward(loss, last)` runs the backward pass (`last`: the final micro-batch of the step).
     """
     if not micro_batches:
         raise ValueError("train_step got no micro-batches")
     loss_sum = torch.zeros((), device=device)
     metric_sums: dict[str, float] = {}
-    for micro_batch in micro_batches:
+    for index, micro_batch in enumerate(micro_batches):
         loss, metrics = loss_fn(model, to_device(micro_batch, device))
         check_loss_metrics(metrics)
-        loss.backward()
+        backward(loss, index == len(micro_batches) - 1)
         loss_sum += loss.detach().float()
         for key, value in metrics.items():
             metric_sums[key] = metric_sums.get(key, 0.0) + float(value)

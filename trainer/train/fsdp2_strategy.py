@@ -44,6 +44,7 @@ from trainer.train.base import (
     clip_grad_norm,
     eval_mode,
     optimizer_step,
+    require_process_group,
 )
 
 T = TypeVar("T")
@@ -65,30 +66,11 @@ class FSDP2Strategy:
         device: str = "cpu",
         strategy_config: Mapping[str, Any] | None = None,
     ) -> None:
-        if not dist.is_initialized():
-            raise RuntimeError(
-                "fsdp2_train needs torch.distributed initialised by the caller "
-                "(e.g. WorkerGroup(..., distributed=True)); it is not"
-            )
-        if (rank, world_size) != (dist.get_rank(), dist.get_world_size()):
-            raise ValueError(
-                f"fsdp2_train got rank={rank}, world_size={world_size} but the process group has "
-                f"rank={dist.get_rank()}, world_size={dist.get_world_size()}"
-            )
+        require_process_group("fsdp2_train", rank, world_size)
         self.rank, self.world_size = rank, world_size
         self.device = torch.device(device)
         self.optim = optim
-        options = parse_strategy_config(strategy_config or {})
-
-        shard_kwargs: dict[str, Any] = {
-            "mesh": device_mesh(self.device.type, world_size, options["fsdp_size"]),
-            "mp_policy": options["mp_policy"],
-            "offload_policy": options["offload_policy"],
-        }
-        model = model.to(self.device)
-        for block in transformer_blocks(model):
-            fully_shard(block, reshard_after_forward=options["reshard_after_forward"], **shard_kwargs)
-        fully_shard(model, **shard_kwargs)
+        model = shard_model(model, self.device, world_size, parse_strategy_config(strategy_config or {}))
         # The loss arrives divided by the GLOBAL normaliser (e.g. all tokens on all ranks), so the
         # true gradient is the SUM of the ranks' gradients. FSDP2 averages (divides by the DP size)
         # by default; factor 1 turns that into a plain sum, and forcing SUM collectives keeps it
@@ -154,6 +136,48 @@ class FSDP2Strategy:
         )
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
         set_rng_state(torch.load(rng_file, weights_only=True))
+
+
+class FSDP2Forward:
+    """`fsdp2_infer`: a frozen model sharded like fsdp2_train (each rank keeps 1/world of the weights,
+    blocks all-gathered just in time), for forward passes only. Every rank must run the same number
+    of forwards (they are collectives)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        rank: int,
+        world_size: int,
+        device: str = "cpu",
+        strategy_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        require_process_group("fsdp2_infer", rank, world_size)
+        model.eval().requires_grad_(False)
+        options = parse_strategy_config(strategy_config or {})
+        self.model = shard_model(model, torch.device(device), world_size, options)
+
+    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
+        with torch.no_grad():
+            return fn(self.model)
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        """Unsharded CPU tensors on rank 0; `{}` on the other ranks. Collective."""
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def shard_model(model: nn.Module, device: torch.device, world_size: int, options: dict[str, Any]) -> nn.Module:
+    """fully_shard each transformer block, then the root (parse_strategy_config's options)."""
+    shard_kwargs: dict[str, Any] = {
+        "mesh": device_mesh(device.type, world_size, options["fsdp_size"]),
+        "mp_policy": options["mp_policy"],
+        "offload_policy": options["offload_policy"],
+    }
+    model = model.to(device)
+    for block in transformer_blocks(model):
+        fully_shard(block, reshard_after_forward=options["reshard_after_forward"], **shard_kwargs)
+    fully_shard(model, **shard_kwargs)
+    return model
 
 
 def parse_strategy_config(config: Mapping[str, Any]) -> dict[str, Any]:

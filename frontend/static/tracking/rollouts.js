@@ -1,11 +1,56 @@
-// Rollout inspector: filtered, paged samples; GRPO groups side by side with rewards and advantages;
-// tokens coloured by log-prob or advantage when the trainer sent token arrays.
-import { escapeHtml } from "./live.js";
+// Rollout inspector: samples filtered and sorted by the server, with the whole view (filters, sort, page,
+// colouring) in the URL, so a view can be shared and survives a reload. A step scrubber walks the steps
+// that have samples. GRPO groups side by side when sorted by step; agentic trajectories as a conversation,
+// turn by turn, with their tokens (those the loss does not train greyed) and rendered frames.
+import { errorText, escapeHtml, getJson, numberHtml } from "./live.js";
 
 const form = document.getElementById("filters");
 const api = form.dataset.api;
-let page = 1;
+const FILTERS = ["step_min", "step_max", "reward_min", "reward_max", "len_min", "len_max", "stop_reason", "env_tag",
+  "success", "turns_min", "turns_max", "q", "sort"];
+const PAGE_SIZE = 50;
+const scrubber = document.getElementById("step-scrubber");
+let steps = [];
 let lastPage = 1;
+let scrubTimer = null;
+let loading = 0;
+
+// --- the view <-> the URL ------------------------------------------------------------------------------
+
+function viewFromUrl() {
+  const params = new URLSearchParams(window.location.search);
+  for (const name of FILTERS) form.elements[name].value = params.get(name) ?? (name === "sort" ? "step" : "");
+  form.elements.colour.value = params.get("colour") || "logprob";
+  form.elements.latest.checked = params.get("latest") !== "0" && !params.has("step_min") && !params.has("step_max");
+  return Math.max(1, Number(params.get("page")) || 1);
+}
+
+function viewParams(page) {
+  const params = new URLSearchParams();
+  for (const name of FILTERS) {
+    const value = form.elements[name].value.trim();
+    if (value && !(name === "sort" && value === "step")) params.set(name, value);
+  }
+  if (form.elements.colour.value !== "logprob") params.set("colour", form.elements.colour.value);
+  if (!form.elements.latest.checked) params.set("latest", "0");
+  if (page > 1) params.set("page", String(page));
+  return params;
+}
+
+function currentPage() {
+  return Math.max(1, Number(new URLSearchParams(window.location.search).get("page")) || 1);
+}
+
+function go(page, { replace = false } = {}) {
+  const params = viewParams(page);
+  const url = `${window.location.pathname}${params.size ? `?${params}` : ""}`;
+  if (url !== `${window.location.pathname}${window.location.search}`) {
+    window.history[replace ? "replaceState" : "pushState"](null, "", url);
+  }
+  return load();
+}
+
+// --- rendering -------------------------------------------------------------------------------------------
 
 function colour(value, mode) {
   if (value === null || value === undefined) return "transparent";
@@ -20,72 +65,210 @@ function colour(value, mode) {
 function tokensHtml(s, mode) {
   if (!Array.isArray(s.tokens) || !s.tokens.length) return `<div class="response">${escapeHtml(s.response)}</div>`;
   const values = mode === "logprob" ? s.token_logprobs : s.token_advantages;
+  const mask = Array.isArray(s.token_mask) ? s.token_mask : null; // aligned with tokens, like the values
   return `<div class="response tokens">${s.tokens
-    .map((t, i) => `<span title="${mode} ${values?.[i] ?? "—"}" style="background:${colour(values?.[i], mode)}">${escapeHtml(t)}</span>`)
+    .map((t, i) => {
+      if (mask && !mask[i]) return `<span class="masked" title="not trained: the environment's text">${escapeHtml(t)}</span>`;
+      return `<span title="${mode} ${values?.[i] ?? "—"}" style="background:${colour(values?.[i], mode)}">${escapeHtml(t)}</span>`;
+    })
     .join("")}</div>`;
 }
 
-function render(data) {
-  const mode = form.elements.colour.value;
-  const groups = new Map();
-  for (const s of data.results) {
-    const key = `${s.step}/${s.group_id}`;
-    if (!groups.has(key)) groups.set(key, []);
-    groups.get(key).push(s);
-  }
-  document.getElementById("groups").innerHTML = [...groups.values()]
-    .map((samples) => {
-      const rewards = samples.map((s) => s.reward).filter((r) => r !== null);
-      const mean = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
-      return `<section class="card group" data-step="${samples[0].step}" data-group="${samples[0].group_id}">
-        <h3>step ${samples[0].step} · group ${samples[0].group_id} <span class="meta">mean reward ${mean === null ? "—" : mean.toFixed(3)}</span></h3>
-        <div class="prompt">${escapeHtml(samples[0].prompt)}</div>
-        <div class="group-samples">${samples
-          .map(
-            (s) => `<div class="rollout sample" data-id="${s.id}"><div class="meta">#${s.sample_index} · reward <b>${s.reward ?? "—"}</b> ·
-            advantage <b>${s.advantage === null ? "—" : Number(s.advantage).toFixed(3)}</b> · ${s.response_length} tok · ${escapeHtml(s.stop_reason)}</div>${tokensHtml(s, mode)}</div>`,
-          )
-          .join("")}</div></section>`;
-    })
-    .join("");
-  lastPage = Math.max(1, Math.ceil(data.count / 50));
-  document.getElementById("page-label").textContent = `page ${page} of ${lastPage}`;
-  document.getElementById("rollout-summary").textContent = `${data.count} samples · steps ${data.steps.length ? `${data.steps[0]}–${data.steps[data.steps.length - 1]}` : "—"}`;
+function stopHtml(s) {
+  return `<span class="stop" title="${escapeHtml(s.stop_reason || "")}">${escapeHtml(s.stop_reason_text)}</span>`;
 }
 
-async function load() {
-  const params = new URLSearchParams();
-  for (const name of ["step_min", "step_max", "reward_min", "reward_max", "len_min", "len_max", "stop_reason", "q"]) {
-    const value = form.elements[name].value.trim();
-    if (value) params.set(name, value);
+function turnHtml(turn) {
+  const words = [`${turn.tokens} token${turn.tokens === 1 ? "" : "s"}`];
+  if (turn.role === "assistant") {
+    if (turn.reward !== undefined) words.push(`reward ${numberHtml(turn.reward)}`);
+    if (turn.penalty) words.push(`penalty ${numberHtml(turn.penalty)}`);
+    if (turn.format_ok !== undefined) words.push(turn.format_ok ? "format ok" : "format broken");
+    words.push(`action ${turn.action === null || turn.action === undefined ? "—" : `<code>${escapeHtml(turn.action)}</code>`}`);
+    if (turn.stop_reason) words.push(`<span title="${escapeHtml(turn.stop_reason)}">${escapeHtml(turn.stop_reason_text || turn.stop_reason)}</span>`);
+  } else {
+    words.push(turn.loss ? "trained" : "not trained");
   }
+  return `<li class="turn turn-${escapeHtml(turn.role)}${turn.loss ? "" : " untrained"}">
+    <div class="turn-head"><b>${turn.role === "assistant" ? "policy" : "environment"}</b> <span class="meta">${words.join(" · ")}</span></div>
+    <div class="turn-text">${escapeHtml(turn.text)}</div></li>`;
+}
+
+function trajectoryHtml(s, mode) {
+  const frames = s.frames_url
+    ? `<details class="frames" data-url="${escapeHtml(s.frames_url)}"><summary>Rendered frames</summary><pre></pre></details>`
+    : "";
+  return `<ol class="turns">${s.turns.map(turnHtml).join("")}</ol>
+    <details class="trajectory-tokens"><summary>Tokens (greyed: not trained)</summary>${tokensHtml(s, mode)}</details>${frames}`;
+}
+
+function sampleHtml(s, mode, withStep) {
+  const agentic = s.env_tag
+    ? ` · <span class="env-tag">${escapeHtml(s.env_tag)}</span> · ${s.num_turns ?? "?"} turn${s.num_turns === 1 ? "" : "s"} ·
+      <b class="${s.success ? "ok" : "bad"}">${s.success ? "solved" : "not solved"}</b>`
+    : "";
+  const where = withStep ? `step ${s.step} · group ${s.group_id} · ` : "";
+  return `<div class="rollout sample${s.turns ? " trajectory" : ""}" data-id="${s.id}" data-reward="${s.reward ?? ""}">
+    <div class="meta">${where}#${s.sample_index} · reward <b>${numberHtml(s.reward)}</b> · advantage <b>${numberHtml(s.advantage)}</b> ·
+      ${s.response_length} tokens · ${stopHtml(s)}${agentic}</div>
+    ${s.turns ? trajectoryHtml(s, mode) : tokensHtml(s, mode)}</div>`;
+}
+
+function render(data, page) {
+  const mode = form.elements.colour.value;
+  const sort = form.elements.sort.value;
+  const box = document.getElementById("groups");
+  if (sort === "step" || sort === "-step") {
+    const groups = new Map();
+    for (const s of data.results) {
+      const key = `${s.step}/${s.group_id}`;
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(s);
+    }
+    box.innerHTML = [...groups.values()]
+      .map((samples) => {
+        const rewards = samples.map((s) => s.reward).filter((r) => r !== null);
+        const mean = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
+        return `<section class="card group" data-step="${samples[0].step}" data-group="${samples[0].group_id}">
+          <h3>step ${samples[0].step} · group ${samples[0].group_id} <span class="meta">mean reward ${numberHtml(mean)}</span></h3>
+          <div class="prompt">${escapeHtml(samples[0].prompt)}</div>
+          <div class="group-samples">${samples.map((s) => sampleHtml(s, mode, false)).join("")}</div></section>`;
+      })
+      .join("");
+  } else {
+    box.innerHTML = `<section class="card flat">${data.results.map((s) => `<div class="prompt">${escapeHtml(s.prompt)}</div>${sampleHtml(s, mode, true)}`).join("")}</section>`;
+  }
+  lastPage = Math.max(1, Math.ceil(data.count / PAGE_SIZE));
+  document.getElementById("page-label").textContent = `page ${page} of ${lastPage}`;
+  summarise(data);
+}
+
+function summarise(data) {
+  const latest = form.elements.latest.checked && !form.elements.step_min.value && !form.elements.step_max.value;
+  const lo = form.elements.step_min.value;
+  const hi = form.elements.step_max.value;
+  const shownStep = data.results[0]?.step;
+  let where;
+  if (latest) where = shownStep === undefined ? "at the latest step" : `at step ${shownStep}, the latest`;
+  else if (lo && lo === hi) where = `at step ${lo}`;
+  else if (lo || hi) where = `in steps ${lo || "first"}–${hi || "last"}`;
+  else where = "in all steps";
+  const run = steps.length ? ` · the run has samples at ${steps.length} step${steps.length === 1 ? "" : "s"} (${steps[0]}–${steps[steps.length - 1]})` : "";
+  document.getElementById("rollout-summary").textContent = `${data.count} sample${data.count === 1 ? "" : "s"} match ${where}${run}`;
+}
+
+// The choices of a select as the run has them now (the page may have been rendered before they existed).
+function fillChoices(select, values, words = {}) {
+  const have = new Set([...select.options].map((o) => o.value));
+  for (const value of values) {
+    if (have.has(value)) continue;
+    const option = document.createElement("option");
+    option.value = value;
+    option.textContent = words[value] ?? value;
+    select.append(option);
+  }
+}
+
+function showChoices(data) {
+  fillChoices(form.elements.env_tag, data.env_tags);
+  fillChoices(form.elements.stop_reason, data.stop_reasons, data.stop_reason_texts);
+  form.querySelector(".agentic-filters").hidden = !data.env_tags.length;
+  const wanted = new URLSearchParams(window.location.search);
+  for (const name of ["env_tag", "stop_reason"]) {
+    if (wanted.has(name)) form.elements[name].value = wanted.get(name);
+  }
+}
+
+function showSteps(data) {
+  steps = data.steps;
+  scrubber.max = String(Math.max(0, steps.length - 1));
+  scrubber.disabled = steps.length < 2;
+  const lo = form.elements.step_min.value;
+  const hi = form.elements.step_max.value;
+  let index = steps.length - 1;
+  if (lo && lo === hi) index = Math.max(0, steps.findIndex((s) => s >= Number(lo)));
+  scrubber.value = String(Math.max(0, index));
+  const at = steps[Number(scrubber.value)];
+  document.getElementById("step-label").textContent = steps.length
+    ? `step ${at ?? "—"} (${Number(scrubber.value) + 1} of ${steps.length} steps with samples)`
+    : "no samples yet";
+}
+
+function showError(message) {
+  document.getElementById("rollout-error").textContent = message;
+  document.getElementById("groups").innerHTML = ""; // never leave the previous results under an error
+  document.getElementById("rollout-summary").textContent = "";
+  document.getElementById("page-label").textContent = "";
+}
+
+// The request follows the URL (the view's one source), not the form: a select may still lack an option.
+async function load() {
+  const mine = ++loading;
+  const page = currentPage();
+  const view = new URLSearchParams(window.location.search);
+  const params = new URLSearchParams();
+  for (const name of FILTERS) if (view.get(name)) params.set(name, view.get(name));
+  if (view.get("latest") !== "0" && !view.has("step_min") && !view.has("step_max")) params.set("latest", "true");
   params.set("page", String(page));
-  let response = await fetch(`${api}?${params}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
-  let data = await response.json();
-  const error = document.getElementById("rollout-error");
-  if (!response.ok) {
-    error.textContent = (data.errors || []).map((e) => `${e.field}: ${e.message}`).join("; ") || `error ${response.status}`;
+  params.set("page_size", String(PAGE_SIZE));
+  const answer = await getJson(`${api}?${params}`);
+  if (mine !== loading) return; // a newer request is on its way
+  if (!answer.ok) {
+    showError(answer.status === 404 && !answer.data.errors ? `page ${page} is past the last one` : errorText(answer));
     return;
   }
-  error.textContent = "";
-  // "Follow the latest step": without an explicit step range, show the newest step's samples.
-  if (form.elements.latest.checked && !params.has("step_min") && !params.has("step_max") && data.steps.length) {
-    const latest = data.steps[data.steps.length - 1];
-    params.set("step_min", String(latest));
-    params.set("step_max", String(latest));
-    response = await fetch(`${api}?${params}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
-    data = await response.json();
-  }
-  render(data);
+  document.getElementById("rollout-error").textContent = "";
+  showChoices(answer.data);
+  showSteps(answer.data);
+  render(answer.data, page);
 }
+
+// --- events ----------------------------------------------------------------------------------------------
 
 form.addEventListener("submit", (event) => {
   event.preventDefault();
-  page = 1;
+  go(1);
+});
+form.elements.colour.addEventListener("change", () => go(currentPage(), { replace: true }));
+form.elements.sort.addEventListener("change", () => go(1));
+form.elements.latest.addEventListener("change", () => {
+  if (form.elements.latest.checked) {
+    form.elements.step_min.value = "";
+    form.elements.step_max.value = "";
+  }
+  go(1);
+});
+document.getElementById("prev").addEventListener("click", () => { if (currentPage() > 1) go(currentPage() - 1); });
+document.getElementById("next").addEventListener("click", () => { if (currentPage() < lastPage) go(currentPage() + 1); });
+
+function scrubTo(index) {
+  const step = steps[Math.max(0, Math.min(steps.length - 1, index))];
+  if (step === undefined) return;
+  scrubber.value = String(steps.indexOf(step));
+  form.elements.step_min.value = String(step);
+  form.elements.step_max.value = String(step);
+  form.elements.latest.checked = false;
+  document.getElementById("step-label").textContent = `step ${step} (${steps.indexOf(step) + 1} of ${steps.length} steps with samples)`;
+  clearTimeout(scrubTimer);
+  scrubTimer = setTimeout(() => go(1, { replace: true }), 150);
+}
+scrubber.addEventListener("input", () => scrubTo(Number(scrubber.value)));
+document.getElementById("step-prev").addEventListener("click", () => scrubTo(Number(scrubber.value) - 1));
+document.getElementById("step-next").addEventListener("click", () => scrubTo(Number(scrubber.value) + 1));
+
+document.getElementById("groups").addEventListener("toggle", async (event) => {
+  const details = event.target;
+  if (!details.matches?.("details.frames") || !details.open || details.dataset.loaded) return;
+  const response = await fetch(details.dataset.url, { credentials: "same-origin" });
+  details.querySelector("pre").textContent = response.ok ? await response.text() : `frames not available (${response.status})`;
+  details.dataset.loaded = "1";
+}, true);
+
+window.addEventListener("popstate", () => {
+  viewFromUrl();
   load();
 });
-form.elements.colour.addEventListener("change", load);
-document.getElementById("prev").addEventListener("click", () => { if (page > 1) { page -= 1; load(); } });
-document.getElementById("next").addEventListener("click", () => { if (page < lastPage) { page += 1; load(); } });
+
+viewFromUrl();
 load();
-setInterval(() => { if (form.elements.latest.checked && page === 1) load(); }, 3000);
+setInterval(() => { if (form.elements.latest.checked && currentPage() === 1) load(); }, 3000);

@@ -1,23 +1,51 @@
-// Run dashboard: live charts for every metric key (grouped by prefix), system charts, status and
-// ETA, log tail, latest rollouts, checkpoints with Resume and Fork.
+// Run dashboard: metric charts grouped by prefix (pinned first, the async-rollout panel, then by prefix),
+// drawn as they scroll into view from the downsampling API; system charts; the run's phases, status and
+// ETA; a live log tail with terminal colours; latest rollouts; checkpoints with Resume and Fork; Cancel.
+// The header shows the run's state as the server sends it (snapshot, replay and `run` frames): the one
+// with the highest `version` wins, so a late or replayed frame never shows an older state or step.
+import { ansiToHtml } from "./ansi.js";
 import { ChartBoard, SeriesStore, bindControls } from "./charts.js";
-import { connectRun, csrfToken, escapeHtml } from "./live.js";
+import { connectRun, errorText, escapeHtml, getJson, numberHtml, postJson } from "./live.js";
 
 const root = document.getElementById("run");
 const runId = Number(root.dataset.runId);
 const canWrite = root.dataset.canWrite === "1";
+const config = JSON.parse(document.getElementById("chart-config").textContent);
 const metrics = new SeriesStore();
 const system = new SeriesStore();
-const board = new ChartBoard(document.getElementById("charts"));
-board.sources = [{ label: `run ${runId}`, store: metrics }];
-const systemBoard = new ChartBoard(document.getElementById("system-charts"));
-systemBoard.sources = [{ label: `run ${runId}`, store: system }];
+const MAX_POINTS = 1000;
+
+async function loadSeries(keys) {
+  const url = `${root.dataset.metricsUrl}?${new URLSearchParams({ keys: keys.join(","), max_points: MAX_POINTS })}`;
+  const answer = await getJson(url);
+  if (!answer.ok) throw new Error(errorText(answer));
+  metrics.load(answer.data.series);
+}
+
+async function pin(key, pinned) {
+  const answer = await postJson(root.dataset.pinsUrl, { key, pinned });
+  return answer.ok ? answer.data.keys : null;
+}
+
+const board = new ChartBoard(document.getElementById("charts"), {
+  pinned: config.pinned, asyncPrefix: config.async_prefix, asyncCharts: config.async_charts, onPin: pin,
+  csvName: `run-${runId}`,
+});
+const source = { label: `run ${runId}`, store: metrics, load: loadSeries, snapshotKeys: new Set() };
+board.addSource(source);
+const systemBoard = new ChartBoard(document.getElementById("system-charts"), { lazy: false, csvName: `run-${runId}-system` });
+systemBoard.addSource({ label: `run ${runId}`, store: system });
 systemBoard.axis = "time";
-bindControls(board);
+systemBoard.fixedAxis = "time";
+const updateCount = bindControls([board, systemBoard], ({ shown, total }) => {
+  document.getElementById("chart-count").textContent = total ? `${shown} of ${total} charts` : "";
+});
 const checkpoints = new Map(); // step -> checkpoint
 const LOG_LINES = 500;
-let logLines = [];
+const logKeys = new Set(); // "seq:line_no" of the lines shown (trainer events and driver output never collide)
 let rolloutStep = null;
+let shown = { version: -1 }; // the run state on screen
+const startPhases = []; // [{message, since}] the trainer's phases while starting
 
 function formatEta(seconds) {
   if (seconds === null || seconds === undefined) return "—";
@@ -27,29 +55,67 @@ function formatEta(seconds) {
   return h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
 }
 
-function showStatus(run) {
-  if (!run) return;
+// queued → submitting → starting → running → finished: the phases done, the current one, what is ahead;
+// while starting, the trainer's own phases (loading data, placing workers, loading models, first rollout).
+function showPhases(run) {
+  const order = [...document.querySelectorAll("#run-phases li")].map((li) => li.dataset.phase);
+  const current = run.finished ? order.length - 1 : Math.max(0, order.indexOf(run.status === "cancelling" ? "running" : run.status));
+  document.querySelectorAll("#run-phases li").forEach((li, i) => {
+    li.className = i < current ? "done" : i === current ? "current" : "";
+    if (li.dataset.phase === "finished") li.textContent = run.finished ? run.status : "finished";
+  });
+  if (run.status === "starting" && run.message && startPhases.at(-1)?.message !== run.message) {
+    startPhases.push({ message: run.message, since: Date.now() });
+  }
+  const list = document.getElementById("start-phases");
+  list.hidden = !startPhases.length || run.status !== "starting";
+  list.innerHTML = startPhases.map((p, i) => {
+    const until = startPhases[i + 1]?.since;
+    const took = until ? ` (${Math.max(1, Math.round((until - p.since) / 1000))} s)` : " …";
+    return `<li class="${until ? "done" : "current"}">${escapeHtml(p.message)}${took}</li>`;
+  }).join("");
+}
+
+function showState(run) {
+  if (!run || typeof run.version !== "number" || run.version < shown.version) return;
+  shown = run;
   const state = document.getElementById("run-state");
   state.textContent = run.status;
   state.className = `status status-${run.status}`;
+  state.dataset.version = String(run.version);
   document.getElementById("run-step").textContent = run.step;
   document.getElementById("run-total").textContent = run.total_steps ?? "?";
   document.getElementById("run-eta").textContent = formatEta(run.eta_s);
   document.getElementById("run-message").textContent = run.message || "";
   const pct = run.total_steps ? Math.min(100, (100 * run.step) / run.total_steps) : 0;
   document.getElementById("run-progress").style.width = `${pct}%`;
+  const cancel = document.getElementById("cancel-run");
+  if (cancel) cancel.hidden = !run.cancellable;
+  showPhases(run);
+  renderCheckpoints();
 }
 
-function statusFromEvent(e) {
-  return { status: e.data.status, step: e.data.step, total_steps: e.data.total_steps, eta_s: e.data.eta_s, message: e.data.message };
+function chartsAppeared() {
+  document.getElementById("charts-empty")?.remove();
+  updateCount();
 }
 
-function addPoints(store, chartBoard, e) {
+function addPoints(e) {
   for (const [key, value] of Object.entries(e.data.values || {})) {
-    store.add(key, e.step, e.time, value);
-    chartBoard.touch(key);
+    metrics.add(key, e.step, e.time, value);
+    // a key the run did not have at the snapshot: every point of it arrives live, nothing to ask for
+    if (!source.snapshotKeys.has(key)) board.markLoaded(source, key);
+    board.touch(key);
   }
-  if (store === system) document.getElementById("system-empty")?.remove();
+  chartsAppeared();
+}
+
+function addSystemPoints(e) {
+  for (const [key, value] of Object.entries(e.data.values || {})) {
+    system.add(key, e.step, e.time, value);
+    systemBoard.touch(key);
+  }
+  document.getElementById("system-empty")?.remove();
 }
 
 function formatBytes(n) {
@@ -63,16 +129,35 @@ function formatBytes(n) {
   return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
 
+function latestResumable() {
+  return [...checkpoints.values()].filter((c) => c.resumable).reduce((a, c) => (a && a.step > c.step ? a : c), null);
+}
+
+function checkpointActions(c) {
+  if (!canWrite || !c.id || !c.resumable) return "";
+  const resume = shown.resumable
+    ? `<button type="button" data-resume="${c.id}" data-step="${c.step}">Resume</button>`
+    : `<button type="button" disabled title="only a finished run can be resumed">Resume</button>`;
+  return `${resume} <button type="button" data-fork="${c.id}" data-step="${c.step}">Fork</button>`;
+}
+
 function renderCheckpoints() {
   const body = document.querySelector("#checkpoints tbody");
   const rows = [...checkpoints.values()].sort((a, b) => a.step - b.step);
   body.innerHTML = rows
     .map(
-      (c) => `<tr data-step="${c.step}"><td>${c.step}</td><td>${formatBytes(c.size_bytes)}</td>
+      (c) => `<tr data-step="${c.step}" class="${c.resumable ? "" : "checkpoint-gone"}"><td>${c.step}</td><td>${formatBytes(c.size_bytes)}</td>
       <td>${escapeHtml((c.contents || []).join(", "))}</td><td>${c.attempt ?? ""}</td>
-      <td>${canWrite && c.id ? `<button type="button" data-resume="${c.id}">Resume</button> <button type="button" data-fork="${c.id}" data-step="${c.step}">Fork</button>` : ""}</td></tr>`,
+      <td class="checkpoint-state">${c.resumable ? "on disk" : c.deleted ? "deleted by retention" : "gone from disk"}</td>
+      <td>${checkpointActions(c)}</td></tr>`,
     )
     .join("");
+}
+
+function setCheckpoints(list) {
+  checkpoints.clear();
+  for (const c of list) checkpoints.set(c.step, c);
+  renderCheckpoints();
 }
 
 function renderRollouts(samples, step) {
@@ -83,88 +168,119 @@ function renderRollouts(samples, step) {
   box.dataset.step = String(step);
   box.innerHTML = samples
     .slice(0, 16)
-    .map(
-      (s) => `<div class="rollout"><div class="meta">group ${s.group_id} · #${s.sample_index} · reward <b>${s.reward ?? "—"}</b> · adv ${s.advantage === null || s.advantage === undefined ? "—" : Number(s.advantage).toFixed(3)} · ${s.response_length} tok · ${escapeHtml(s.stop_reason)}</div>
-      <div class="prompt">${escapeHtml(s.prompt)}</div><div class="response">${escapeHtml(s.response)}</div></div>`,
-    )
+    .map((s) => {
+      const agentic = s.env_tag ? ` · ${escapeHtml(s.env_tag)} · ${s.num_turns ?? "?"} turns · ${s.success ? "solved" : "not solved"}` : "";
+      return `<div class="rollout"><div class="meta">group ${s.group_id} · #${s.sample_index} · reward <b>${numberHtml(s.reward)}</b> ·
+        advantage ${numberHtml(s.advantage)} · ${s.response_length} tokens${agentic} ·
+        <span title="${escapeHtml(s.stop_reason)}">${escapeHtml(s.stop_reason_text || s.stop_reason)}</span></div>
+        <div class="prompt">${escapeHtml(s.prompt)}</div><div class="response">${escapeHtml(s.response)}</div></div>`;
+    })
     .join("");
 }
 
+// Log lines keyed by (seq, line_no): a trainer `log` event's lines, or the Ray driver's output (seq < 0).
 function appendLogs(lines) {
-  logLines = logLines.concat(lines).slice(-LOG_LINES);
   const pre = document.getElementById("log-tail");
   const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 20;
-  pre.textContent = logLines.join("\n");
+  const html = [];
+  for (const line of lines) {
+    const key = `${line.seq}:${line.line_no}`;
+    if (logKeys.has(key)) continue;
+    logKeys.add(key);
+    html.push(`<div class="log-line${line.level === "error" ? " log-error" : ""}" data-key="${escapeHtml(key)}">${ansiToHtml(line.text)}</div>`);
+  }
+  if (!html.length) return;
+  pre.insertAdjacentHTML("beforeend", html.join(""));
+  while (pre.children.length > LOG_LINES) {
+    logKeys.delete(pre.firstElementChild.dataset.key);
+    pre.firstElementChild.remove();
+  }
+  document.getElementById("log-count").textContent = `last ${pre.children.length} lines`;
   if (atBottom) pre.scrollTop = pre.scrollHeight;
 }
 
 function onSeries(frame) {
-  const store = frame.source === "system" ? system : metrics;
-  store.load(frame.series);
-  if (frame.source === "system") {
-    document.getElementById("system-empty")?.remove();
-    systemBoard.touchAll();
-  } else {
-    board.touchAll();
-  }
+  if (frame.source !== "system") return; // metric series come from the API (lazy snapshot)
+  system.load(frame.series);
+  document.getElementById("system-empty")?.remove();
+  systemBoard.addKeys(Object.keys(frame.series));
+  systemBoard.touchAll();
 }
 
 function onSnapshot(snap) {
   metrics.series.clear();
   system.series.clear();
-  metrics.load(snap.series);
   system.load(snap.system);
+  metrics.t0 = snap.metrics.length ? Math.min(...snap.metrics.map((m) => m.first_time)) : null;
+  source.snapshotKeys = new Set(snap.metrics.map((m) => m.key));
+  board.addKeys(source.snapshotKeys);
+  board.invalidate(source);
+  if (snap.metrics.length) chartsAppeared();
   if (Object.keys(snap.system).length) document.getElementById("system-empty")?.remove();
-  board.touchAll();
+  systemBoard.addKeys(Object.keys(snap.system));
   systemBoard.touchAll();
-  checkpoints.clear();
-  for (const c of snap.checkpoints) checkpoints.set(c.step, c);
-  renderCheckpoints();
+  setCheckpoints(snap.checkpoints);
   if (snap.rollouts.length) renderRollouts(snap.rollouts, snap.rollouts[0].step);
-  logLines = [];
-  appendLogs(snap.logs.map((l) => l.text));
-  showStatus(snap.run);
+  appendLogs(snap.logs);
+  showState(snap.run);
 }
 
 function onEvents(events, run) {
-  let checkpointsChanged = false;
   for (const e of events) {
-    if (e.type === "metrics") addPoints(metrics, board, e);
-    else if (e.type === "system") addPoints(system, systemBoard, e);
-    else if (e.type === "status") showStatus(statusFromEvent(e));
+    if (e.type === "metrics") addPoints(e);
+    else if (e.type === "system") addSystemPoints(e);
     else if (e.type === "rollouts") renderRollouts(e.data.samples || [], e.step);
-    else if (e.type === "log") appendLogs(e.data.lines || []);
-    else if (e.type === "checkpoint") {
-      checkpoints.set(e.data.step, { ...e.data, attempt: e.attempt, id: e.data.id });
-      checkpointsChanged = true;
-    }
+    else if (e.type === "log") appendLogs((e.data.lines || []).map((text, i) => ({ seq: e.seq, line_no: i, text, level: e.data.level })));
+    else if (e.type === "checkpoint" && e.data.checkpoints) setCheckpoints(e.data.checkpoints);
   }
-  if (run) showStatus(run);
-  if (checkpointsChanged) renderCheckpoints();
+  showState(run);
 }
 
-document.getElementById("checkpoints").addEventListener("click", async (event) => {
-  const error = document.getElementById("checkpoint-error");
+// A confirmation that says what will happen; resolves true when the user agrees.
+function confirmAction(title, text, yes) {
+  const dialog = document.getElementById("confirm-dialog");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-yes").textContent = yes;
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => dialog.addEventListener("close", () => resolve(dialog.returnValue === "yes"), { once: true }));
+}
+
+async function post(url, body) {
+  const error = document.getElementById("action-error");
   error.textContent = "";
+  const answer = await postJson(url, body);
+  if (!answer.ok) {
+    error.textContent = errorText(answer);
+    return null;
+  }
+  return answer.data;
+}
+
+function resumeText(step) {
+  const latest = latestResumable();
+  const total = shown.total_steps ?? "its last";
+  if (latest && latest.step === step) {
+    return `Run ${runId} continues from its checkpoint at step ${step} as a new attempt, training steps ${step + 1} to ${total}; its curves stay one line.`;
+  }
+  return `A new run starts from run ${runId}'s checkpoint at step ${step} and trains steps ${step + 1} to ${total}; run ${runId} stays as it is.`;
+}
+
+document.getElementById("cancel-run")?.addEventListener("click", async () => {
+  const stop = `Run ${runId} is stopped: its Ray job is ended and it finishes as cancelled, whatever the stopping trainer reports. Checkpoints it saved stay, so it can be resumed later.`;
+  if (!(await confirmAction(`Cancel run ${runId}?`, stop, "Cancel the run"))) return;
+  await post(root.dataset.cancelUrl, {});
+});
+
+document.getElementById("checkpoints").addEventListener("click", async (event) => {
   const resume = event.target.closest("button[data-resume]");
   const fork = event.target.closest("button[data-fork]");
   if (resume) {
-    const response = await fetch(root.dataset.resumeUrl, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken(), Accept: "application/json" },
-      body: JSON.stringify({ checkpoint: Number(resume.dataset.resume) }),
-    });
-    const body = await response.json().catch(() => ({}));
-    if (!response.ok) {
-      error.textContent = (body.errors || []).map((e) => e.message).join("; ") || `resume failed (${response.status})`;
-      return;
-    }
-    if (body.id !== runId) {
-      window.location.href = body.dashboard_url || `/runs/${body.id}/`;
-      return;
-    }
-    showStatus({ status: body.status, step: body.current_step, total_steps: body.total_steps, eta_s: body.eta_seconds, message: body.message });
+    const step = Number(resume.dataset.step);
+    if (!(await confirmAction(`Resume from step ${step}?`, resumeText(step), "Resume"))) return;
+    const body = await post(root.dataset.resumeUrl, { checkpoint: Number(resume.dataset.resume) });
+    if (body && body.id !== runId) window.location.href = body.dashboard_url || `/runs/${body.id}/`;
   } else if (fork) {
     const form = document.getElementById("fork-form");
     form.hidden = false;
@@ -174,5 +290,25 @@ document.getElementById("checkpoints").addEventListener("click", async (event) =
   }
 });
 
-connectRun(runId, { onSnapshot, onSeries, onEvents, onState: (s) => { document.getElementById("live-state").textContent = s; } });
-window.policylab = { metrics, system, board, checkpoints };
+document.getElementById("fork-form").addEventListener("submit", async (event) => {
+  const form = event.target;
+  if (form.dataset.confirmed === "1") return;
+  event.preventDefault();
+  const step = form.querySelector("[data-fork-step]").textContent;
+  const overrides = form.querySelector("textarea").value.split("\n").filter((line) => line.trim()).length;
+  const text = `A new experiment (run ${runId}'s config with ${overrides} override${overrides === 1 ? "" : "s"}) and a new run in it start from the checkpoint at step ${step}; run ${runId} stays as it is.`;
+  if (!(await confirmAction(`Fork from step ${step}?`, text, "Fork"))) return;
+  form.dataset.confirmed = "1";
+  form.requestSubmit();
+});
+
+const live = connectRun(runId, {
+  lazy: true,
+  onSnapshot,
+  onSeries,
+  onEvents,
+  onRun: showState,
+  onLogs: appendLogs,
+  onState: (s) => { document.getElementById("live-state").textContent = s; },
+});
+window.policylab = { metrics, system, board, systemBoard, checkpoints, live, shownState: () => shown };

@@ -29,6 +29,14 @@ def teams_of(user: Any) -> QuerySet[Team]:
     return teams
 
 
+def default_team(user: Any) -> Team | None:
+    """The team a request acts in when it names none: the API token's team, else the user's only team."""
+    teams = teams_of(user)
+    if getattr(user, TOKEN_TEAM_ATTR, None) is not None:
+        return teams.first()  # teams_of already kept only the token's team
+    return teams.first() if teams.count() == 1 else None
+
+
 def team_for(user: Any, team_id: Any) -> Team | None:
     """One of the user's teams by id (a form value: anything not an id is None, never an error)."""
     try:
@@ -60,6 +68,13 @@ def require_write(user: Any, team: Team) -> None:
             f"your role in team {team.slug!r} is {role or 'none'}; launching, cancelling and creating "
             f"need {Role.ADMIN.value!r} or {Role.MEMBER.value!r}"
         )
+
+
+def require_admin(user: Any, team: Team) -> None:
+    """Raise PermissionDenied (403) unless `user` is an admin of `team` (deleting is theirs only)."""
+    role = role_in(user, team)
+    if role != Role.ADMIN:
+        raise PermissionDenied(f"your role in team {team.slug!r} is {role or 'none'}; deleting needs {Role.ADMIN.value!r}")
 
 
 def can_write(user: Any, team: Team) -> bool:

@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from policylab.accounts.models import ApiToken, Team
-from policylab.accounts.scoping import teams_of
+from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
 
 
@@ -78,8 +78,23 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "slug"]
 
 
+class DefaultTeam:
+    """The team of a new object when the request names none (accounts.scoping.default_team)."""
+
+    requires_context = True
+
+    def __call__(self, field: serializers.Field) -> Team:
+        team = default_team(field.context["request"].user)
+        if team is None:
+            raise serializers.ValidationError({"team": ["name one of your teams"]})
+        return team
+
+
 class ProjectSerializer(serializers.ModelSerializer):
-    team = serializers.PrimaryKeyRelatedField(queryset=Team.objects.none())
+    team = serializers.PrimaryKeyRelatedField(
+        queryset=Team.objects.none(), default=DefaultTeam(),
+        help_text="One of your teams; defaults to your API token's team (or your only team)",
+    )
 
     class Meta:
         model = Project
@@ -109,7 +124,8 @@ class RunSerializer(serializers.ModelSerializer):
         fields = [
             "id", "experiment", "status", "created_by", "created_at", "started_at", "finished_at",
             "current_step", "total_steps", "eta_seconds", "message", "parent_run", "parent_checkpoint",
-            "resume_from", "overrides", "max_retries", "cancel_requested", "attempts", "dashboard_url",
+            "resume_from", "overrides", "max_retries", "cancel_requested", "state_version", "attempts",
+            "dashboard_url",
         ]
         read_only_fields = fields
 

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from policylab.accounts.models import ApiToken
-from policylab.accounts.scoping import TOKEN_TEAM_ATTR, teams_of
+from policylab.accounts.scoping import default_team, teams_of
 from policylab.accounts.services import create_api_token, revoke_api_token
 from policylab.api import serializers as s
 from policylab.experiments import selectors, services
@@ -103,11 +103,20 @@ class ExperimentList(generics.ListAPIView):
         return Response(s.ExperimentSerializer(experiment).data, status=status.HTTP_201_CREATED)
 
 
-class ExperimentDetail(generics.RetrieveAPIView):
+class ExperimentDetail(generics.RetrieveDestroyAPIView):
     serializer_class = s.ExperimentSerializer
 
     def get_queryset(self):
         return selectors.experiments_for(self.request.user)
+
+    @extend_schema(
+        responses={204: None, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT},
+        description="Delete (archive) the experiment and its runs: team admins only; refused while a run is "
+        "live. Soft: nothing is erased, but it is gone from every list and answers 404 from then on.",
+    )
+    def delete(self, request, *args, **kwargs):
+        services.archive_experiment(self.get_object(), request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class ExperimentRuns(generics.ListAPIView):
@@ -156,11 +165,20 @@ class RunList(generics.ListAPIView):
         return runs
 
 
-class RunDetail(generics.RetrieveAPIView):
+class RunDetail(generics.RetrieveDestroyAPIView):
     serializer_class = s.RunSerializer
 
     def get_queryset(self):
         return selectors.runs_for(self.request.user).prefetch_related("attempts")
+
+    @extend_schema(
+        responses={204: None, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT},
+        description="Delete (archive) a finished run: team admins only; a live run must be cancelled first. "
+        "Soft: nothing is erased, but it is gone from every list and answers 404 from then on.",
+    )
+    def delete(self, request, *args, **kwargs):
+        services.archive_run(self.get_object(), request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class RunAction(APIView):
@@ -171,17 +189,30 @@ class RunAction(APIView):
 
 
 class RunCancel(RunAction):
-    @extend_schema(request=None, responses={202: s.RunSerializer, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT})
+    @extend_schema(
+        request=None,
+        responses={
+            202: OpenApiResponse(s.RunSerializer, description="Cancel requested: the run is `cancelling`"),
+            200: OpenApiResponse(s.RunSerializer, description="Already cancelling or cancelled: the run as it is"),
+            403: FORBIDDEN, 404: NOT_FOUND,
+            409: OpenApiResponse(s.ErrorSerializer, description="The run already succeeded or failed"),
+        },
+        description="Cancel a run. Idempotent: asking again answers 200 with the current state. Once asked, "
+        "the cancel wins: whatever the stopped trainer reports last, the run ends `cancelled`.",
+    )
     def post(self, request, pk: int):
-        run = services.cancel_run(self.get_run(), request.user)
-        return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+        outcome = services.cancel_run(self.get_run(), request.user)
+        code = status.HTTP_202_ACCEPTED if outcome.requested else status.HTTP_200_OK
+        return Response(s.RunSerializer(outcome.run).data, status=code)
 
 
 class RunResume(RunAction):
     @extend_schema(
         request=s.ResumeSerializer,
         responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT},
-        description="Resume from the latest checkpoint (same run, new attempt) or an earlier one (new child run).",
+        description="Resume from the latest resumable checkpoint (same run, new attempt) or an earlier one (new "
+        "child run). 400 names a checkpoint that retention pruned or that is gone from disk; 409 while the "
+        "run is live or cancelling, or when it already finished all its steps.",
     )
     def post(self, request, pk: int):
         run = self.get_run()
@@ -244,12 +275,8 @@ class TokenList(generics.ListAPIView):
     def post(self, request):
         body = s.ApiTokenCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        teams = teams_of(request.user)
-        team_id = body.validated_data.get("team") or getattr(request.user, TOKEN_TEAM_ATTR, None)
-        if team_id is not None:
-            team = teams.filter(pk=team_id).first()
-        else:
-            team = teams.first() if teams.count() == 1 else None
+        team_id = body.validated_data.get("team")
+        team = default_team(request.user) if team_id is None else teams_of(request.user).filter(pk=team_id).first()
         if team is None:
             raise invalid("team", "name one of your teams (the team the token acts in)")
         issued = create_api_token(request.user, team, body.validated_data["name"])

@@ -11,18 +11,30 @@ which is how an error lands next to its input.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import yaml
+from django.conf import settings
 
 from policylab.experiments.services import validate_on_platform
-from trainer.config import ConfigError, ConfigIssue, config_json_schema, config_to_yaml, load_raw
+from trainer.config import (
+    ConfigError,
+    ConfigIssue,
+    PipelineConfig,
+    config_json_schema,
+    config_to_yaml,
+    load_raw,
+)
 from trainer.config.bounds import check_tree, check_yaml_text
+from trainer.config.memory_fit import GIB, ModelShape, estimate_memory, model_shapes, read_model_config
+from trainer.config.topology import TRAINING_ROLES
 
 INCLUDE_PREFIX = "__include__."  # checkbox that keeps an optional section in the config
+DEFAULT_DEVICE_GIB = 80.0  # the memory estimate's device until the user picks another
 MISSING = object()
 _EVENT_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # only streams events: no recursion
 
@@ -98,6 +110,13 @@ class FormField:
     choices: list[tuple[str, str]] = field(default_factory=list)
     nullable: bool = False
     errors: list[str] = field(default_factory=list)
+    status: str = "acts"  # or import_only / planned: the engine does not act on it (schema.Inactive)
+    status_reason: str = ""
+    common: bool = False  # one of the knobs the basic view shows (fld(..., common=True))
+
+    @property
+    def status_label(self) -> str:
+        return {"import_only": "no effect here", "planned": "not built yet"}.get(self.status, "")
 
     @property
     def input_value(self) -> str:
@@ -121,6 +140,10 @@ class FieldGroup:
     category: str
     fields: list[FormField]
 
+    @property
+    def has_common(self) -> bool:
+        return any(f.common for f in self.fields)
+
 
 @dataclass
 class FormSection:
@@ -141,6 +164,11 @@ class FormSection:
     def error_count(self) -> int:
         nested = sum(s.error_count for s in self.sections)
         return len(self.errors) + sum(len(f.errors) for g in self.groups for f in g.fields) + nested
+
+    @property
+    def has_common(self) -> bool:
+        """Whether the basic view shows anything of this section (a common field in it or below)."""
+        return any(g.has_common for g in self.groups) or any(s.has_common for s in self.sections)
 
 
 def field_kind(node: Mapping[str, Any]) -> tuple[str, list[tuple[str, str]]]:
@@ -163,6 +191,22 @@ def leaf_kind(node: Mapping[str, Any], nullable: bool) -> tuple[str, list[tuple[
 
 def path_join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
+
+
+# Roles whose generating_args act (the schema's own words: "Sampling settings (actor_infer and validation)").
+GENERATING_ROLES = ("actor_infer", "validation")
+
+
+def in_basic_view(path: str) -> bool:
+    """Whether a field the schema marks `common` is shown by the basic view at `path`: its role sections share
+    one schema, so a training knob shows only under a training role, a sampling knob only under a generating
+    one, and reward workers (rule rewards mostly) only in the full form."""
+    role, *rest = path.split(".")
+    if role == "rewards":
+        return False
+    if "training_args" in rest and role not in TRAINING_ROLES:
+        return False
+    return not ("generating_args" in rest and role not in GENERATING_ROLES)
 
 
 def build_section(
@@ -214,6 +258,9 @@ def build_section(
                 choices=choices,
                 nullable=nullable,
                 errors=list(issues.get(child_path, [])),
+                status=raw.get("status", "acts"),
+                status_reason=raw.get("status_reason", ""),
+                common=bool(raw.get("common")) and in_basic_view(child_path),
             )
         )
     section.groups = [FieldGroup(category, fields) for category, fields in groups.items()]
@@ -337,9 +384,11 @@ def raw_values(source: str | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def validation_payload(
-    source: str | Mapping[str, Any], overrides: Sequence[str] = (), source_format: str = "auto"
+    source: str | Mapping[str, Any], overrides: Sequence[str] = (), source_format: str = "auto",
+    *, memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything the editor and POST /api/configs/validate/ show about a config."""
+    """Everything the editor and POST /api/configs/validate/ show about a config; with `memory` (the editor's
+    inputs), its memory-fit estimate too, when the config is coherent."""
     result = validate_on_platform(source, overrides, source_format)
     if result.config is not None:
         config = result.config.model_dump(mode="json")
@@ -355,4 +404,36 @@ def validation_payload(
         "source_format": result.source_format,
         "config": config,
         "yaml": text,
-    }
+    } | ({"memory": memory_payload(result.config, memory)} if memory is not None and result.config is not None else {})
+
+
+MEMORY_SHAPE_FIELDS = ("params", "layers", "hidden", "kv_heads", "head_dim", "vocab")
+
+
+def declared_shape(post: Mapping[str, Any]) -> ModelShape | None:
+    """The model size the editor's user typed in (`memory_params` in billions, the rest whole numbers), used
+    for models whose config.json the platform cannot read (hub ids); None unless every field is given."""
+    try:
+        values = {name: float(str(post.get(f"memory_{name}", "")).strip()) for name in MEMORY_SHAPE_FIELDS}
+    except ValueError:
+        return None
+    if any(not math.isfinite(v) or v <= 0 for v in values.values()):
+        return None
+    counts = {name: int(values[name]) for name in MEMORY_SHAPE_FIELDS[1:]}
+    return ModelShape(params=int(values["params"] * 1e9), **counts)
+
+
+def memory_payload(config: PipelineConfig, post: Mapping[str, Any]) -> dict[str, Any]:
+    """The editor's memory-fit estimate of `config` per role, on devices of `memory_device_gib` GiB (default 80).
+    Model sizes come from tiny models, from config.json under the deployment's read roots, or from the size
+    the user declared (trainer.config.memory_fit; docs/decisions/0021)."""
+    try:
+        gib = float(post.get("memory_device_gib") or DEFAULT_DEVICE_GIB)
+    except ValueError:
+        gib = DEFAULT_DEVICE_GIB
+    gib = min(max(gib, 1.0), 4096.0) if math.isfinite(gib) else DEFAULT_DEVICE_GIB
+    shapes = model_shapes(config, lambda path: read_model_config(path, settings.POLICYLAB_READ_ROOTS),
+                          declared_shape(post))
+    estimate = estimate_memory(config, shapes, int(gib * GIB)).to_dict()
+    estimate["models"] = {path: shape.source if shape else "unknown" for path, shape in shapes.items()}
+    return estimate

@@ -48,6 +48,10 @@ class Experiment(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    archived_at = models.DateTimeField(null=True, blank=True, help_text="Soft-deleted: hidden everywhere (404)")
+    archived_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -68,7 +72,9 @@ class Experiment(models.Model):
 class RunStatus(models.TextChoices):
     QUEUED = statuses.QUEUED, "Queued"
     SUBMITTING = statuses.SUBMITTING, "Submitting"
+    STARTING = statuses.STARTING, "Starting"
     RUNNING = statuses.RUNNING, "Running"
+    CANCELLING = statuses.CANCELLING, "Cancelling"
     SUCCEEDED = statuses.SUCCEEDED, "Succeeded"
     FAILED = statuses.FAILED, "Failed"
     CANCELLED = statuses.CANCELLED, "Cancelled"
@@ -103,6 +109,16 @@ class Run(models.Model):
     overrides = models.JSONField(default=list, blank=True, help_text='dotlist overrides, ["key=value", …]')
     max_retries = models.PositiveIntegerField(default=default_max_retries)
     cancel_requested = models.BooleanField(default=False)
+    state_version = models.PositiveBigIntegerField(
+        default=0, help_text="Bumped by every write of the live state (status, message, progress); pages keep the newest"
+    )
+    progress_attempt = models.PositiveIntegerField(
+        default=0, help_text="The attempt whose trainer status events set current_step and eta_seconds"
+    )
+    archived_at = models.DateTimeField(null=True, blank=True, help_text="Soft-deleted: hidden everywhere (404)")
+    archived_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at", "-pk"]

@@ -10,18 +10,31 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
-from policylab.accounts.scoping import require_write
-from policylab.experiments.models import Experiment, Project, Run, RunStatus
-from trainer.config import ConfigIssue, ValidationResult, config_to_yaml, validate_config
+from policylab.accounts.scoping import require_admin, require_write
+from policylab.experiments import statuses
+from policylab.experiments.models import Experiment, Project, Run
+from policylab.experiments.run_state import write_run_state
+from policylab.tracking.compare import effective_config
+from trainer.config import (
+    ConfigError,
+    ConfigIssue,
+    ValidationResult,
+    config_to_yaml,
+    load_raw,
+    validate_config,
+)
 from trainer.config.confinement import PathPolicy, check_confinement
+from trainer.config.importers import detect_format
 
-RESUMABLE_STATUSES = frozenset({RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.SUCCEEDED})
 LATEST = "latest"
 
 
@@ -94,9 +107,10 @@ def normalise_overrides(overrides: Sequence[str] | Mapping[str, Any] | None) -> 
         return []
     if isinstance(overrides, Mapping):
         return overrides_from_mapping(overrides)
-    bad = [o for o in overrides if not isinstance(o, str) or "=" not in o]
+    # Hydra's forms, as the trainer CLI takes them: key=value, +key=value, ~key and ~key=value.
+    bad = [o for o in overrides if not isinstance(o, str) or ("=" not in o and not o.startswith("~"))]
     if bad:
-        raise ValidationFailed([issue("overrides", f"each override must be 'key=value', got {bad[0]!r}")])
+        raise ValidationFailed([issue("overrides", f"each override must be 'key=value' or '~key', got {bad[0]!r}")])
     return list(overrides)
 
 
@@ -116,14 +130,24 @@ def create_experiment(
     tags: Sequence[str] = (),
     source_format: str = "auto",
     overrides: Sequence[str] = (),
+    imported: str = "",
 ) -> Experiment:
     """Validate `source` (YAML text or a mapping, in any supported format) and save an immutable
-    snapshot of the native config. Raises ValidationFailed (and saves nothing) when invalid."""
+    snapshot of the native config. Raises ValidationFailed (and saves nothing) when invalid.
+
+    The file as submitted is kept beside the native config (`source_text`, `source_format`): `source` itself
+    when it is text, else `imported`, the foreign file the editor's form was filled from."""
     require_write(user, project.team)
     if not name or not name.strip():
         raise ValidationFailed([issue("name", "an experiment needs a name")])
     result = check_config(source, overrides, source_format)
     config = result.config.model_dump(mode="json")
+    if isinstance(source, str):
+        original, original_format = source, result.source_format
+    elif imported.strip():
+        original, original_format = imported, file_format(imported)
+    else:
+        original, original_format = "", result.source_format
     return Experiment.objects.create(
         project=project,
         name=name.strip(),
@@ -132,10 +156,19 @@ def create_experiment(
         config=config,
         config_yaml=config_to_yaml(result.config),
         config_hash=canonical_hash(config),
-        source_format=result.source_format,
-        source_text=source if isinstance(source, str) else "",
+        source_format=original_format,
+        source_text=original,
         created_by=user,
     )
+
+
+def file_format(text: str) -> str:
+    """The format (roll, verl, skyrl, rlinf) a config file's top-level keys say, or "unknown"."""
+    try:
+        fmt, _ = detect_format(load_raw(text))
+    except (ConfigError, ValueError, TypeError):  # not YAML, past a bound, or not a mapping
+        return "unknown"
+    return fmt or "unknown"
 
 
 def jobs_services():
@@ -156,12 +189,21 @@ def launch_run(experiment: Experiment, user, overrides: Sequence[str] | Mapping[
     return run
 
 
-def cancel_run(run: Run, user) -> Run:
+@dataclass(frozen=True)
+class CancelOutcome:
+    run: Run  # as it is now
+    requested: bool  # this call requested the cancel; False: the run was already cancelling or cancelled
+
+
+def cancel_run(run: Run, user) -> CancelOutcome:
+    """Cancel a live run; idempotent: a run already cancelling or cancelled is answered as it is.
+    A run that ended otherwise raises RunStateError (there is nothing to cancel)."""
     require_write(user, run.experiment.project.team)
-    if run.is_terminal:
-        raise RunStateError(f"run {run.pk} is already {run.status}")
-    jobs_services().cancel_run(run)  # flags cancel_requested; stops the Ray job after commit
-    return run
+    if jobs_services().cancel_run(run):  # flags it `cancelling`; stops the Ray job after commit
+        return CancelOutcome(run, requested=True)
+    if run.status in (statuses.CANCELLING, statuses.CANCELLED):
+        return CancelOutcome(run, requested=False)
+    raise RunStateError(f"run {run.pk} already {run.status}; there is nothing to cancel")
 
 
 def checkpoints_of(run: Run):
@@ -170,43 +212,79 @@ def checkpoints_of(run: Run):
     return Checkpoint.objects.filter(run=run).order_by("-step", "-pk")
 
 
+def describe(checkpoint) -> str:
+    return f"checkpoint {checkpoint.pk} (step {checkpoint.step})"
+
+
 def resolve_checkpoint(run: Run, checkpoint: Any):
-    """A Checkpoint of `run` given its id or "latest"; raises ValidationFailed naming `checkpoint`."""
+    """A resumable Checkpoint of `run` given its id or "latest" (its newest resumable one); raises
+    ValidationFailed naming `checkpoint` when there is none, or when the one named was pruned by
+    retention (max_ckpts_to_keep) or is gone from disk."""
     checkpoints = checkpoints_of(run)
+    resumable = [c for c in checkpoints if c.resumable]
     if checkpoint in (None, "", LATEST):
-        found = checkpoints.first()
-        if found is None:
-            raise ValidationFailed([issue("checkpoint", f"run {run.pk} has no checkpoint yet")])
-        return found
+        if not resumable:
+            gone = " (every checkpoint it saved was pruned or is gone from disk)" if checkpoints.exists() else " yet"
+            raise ValidationFailed([issue("checkpoint", f"run {run.pk} has no resumable checkpoint{gone}")])
+        return resumable[0]
     try:
-        return checkpoints.get(pk=int(checkpoint))
+        found = checkpoints.get(pk=int(checkpoint))
     except (TypeError, ValueError):
         raise ValidationFailed([issue("checkpoint", f'expected a checkpoint id or "latest", got {checkpoint!r}')]) from None
     except checkpoints.model.DoesNotExist:
         raise ValidationFailed([issue("checkpoint", f"run {run.pk} has no checkpoint {checkpoint}")]) from None
+    if not found.resumable:
+        why = "was deleted by retention (max_ckpts_to_keep)" if found.deleted_at else "is gone from disk"
+        offer = ", ".join(describe(c) for c in resumable) or "none"
+        raise ValidationFailed([issue("checkpoint", f"{describe(found)} of run {run.pk} {why}; resumable: {offer}")])
+    return found
+
+
+def resume_refusal(run: Run, target: Any = None, latest: Any = None) -> str | None:
+    """Why `run` cannot be resumed (from `target`, when its latest resumable checkpoint is `latest`)."""
+    if run.status == statuses.CANCELLING:
+        return f"run {run.pk} is cancelling; resume it once it is cancelled"
+    if run.status not in statuses.RESUME_FROM:
+        return f"run {run.pk} is {run.status}; only failed, cancelled or succeeded runs can be resumed"
+    active = run.attempts.filter(status__in=statuses.ACTIVE).order_by("-number").first()
+    if active is not None:
+        return f"run {run.pk}: attempt {active.number} is still {active.status} on Ray; resume it once it has stopped"
+    max_steps = effective_config(run.experiment.config, run.overrides).get("max_steps")
+    continues = target is not None and latest is not None and target.pk == latest.pk
+    if continues and isinstance(max_steps, int) and target.step >= max_steps:
+        return (f"run {run.pk} already finished all its {max_steps} steps ({describe(target)}); resuming would "
+                "train nothing: fork it with a larger max_steps instead")
+    return None
 
 
 def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
     """Resume a finished run from a checkpoint (docs/decisions/0002-resume-and-fork.md).
 
-    From its LATEST checkpoint: the same run continues as a new attempt (one unbroken curve).
-    From an EARLIER checkpoint: a new child run of the same experiment (parent_run and
+    From its LATEST resumable checkpoint: the same run continues as a new attempt (one unbroken
+    curve). From an EARLIER checkpoint: a new child run of the same experiment (parent_run and
     parent_checkpoint set), because continuing in place would overwrite the steps already logged.
+    Refused (RunStateError) while the run is live or cancelling, and when it would train nothing.
     """
     require_write(user, run.experiment.project.team)
-    if run.status not in RESUMABLE_STATUSES:
-        raise RunStateError(f"run {run.pk} is {run.status}; only failed, cancelled or succeeded runs can be resumed")
+    if run.status not in statuses.RESUME_FROM:
+        raise RunStateError(resume_refusal(run))
     target = resolve_checkpoint(run, checkpoint)
-    latest = checkpoints_of(run).first()
+    latest = resolve_checkpoint(run, LATEST)
+    refusal = resume_refusal(run, target, latest)
+    if refusal:
+        raise RunStateError(refusal)
     with transaction.atomic():
         if target.pk == latest.pk:
             resumed = run
-            resumed.status = RunStatus.QUEUED
-            resumed.resume_from = target.path
-            resumed.cancel_requested = False
-            resumed.finished_at = None
-            resumed.message = f"resumed from step {target.step}"
-            resumed.save(update_fields=["status", "resume_from", "cancel_requested", "finished_at", "message"])
+            continued = write_run_state(
+                run.pk, only_if=Q(status__in=statuses.RESUME_FROM),
+                status=statuses.QUEUED, resume_from=target.path, cancel_requested=False, finished_at=None,
+                eta_seconds=None, message=f"resumed from step {target.step}",
+            )
+            if not continued:  # another request changed the run since it was read
+                run.refresh_from_db()
+                raise RunStateError(f"run {run.pk} is {run.status} now; it was not resumed")
+            resumed.refresh_from_db()
         else:
             resumed = Run.objects.create(
                 experiment=run.experiment,
@@ -229,7 +307,7 @@ def fork_run(
     name: str | None = None,
 ) -> Run:
     """A new Experiment (the run's config with `overrides` applied, validated) and a new Run that
-    starts from `checkpoint` of `run`, linked by parent_run and parent_checkpoint."""
+    starts from the resumable `checkpoint` of `run`, linked by parent_run and parent_checkpoint."""
     experiment = run.experiment
     require_write(user, experiment.project.team)
     target = resolve_checkpoint(run, checkpoint)
@@ -255,3 +333,21 @@ def fork_run(
         jobs_services().launch_run(child)
     return child
 
+
+def archive_run(run: Run, user) -> None:
+    """Soft-delete a finished run (team admins): hidden from every list and page, 404 afterwards; its
+    rows and files stay. A live run must be cancelled first."""
+    require_admin(user, run.experiment.project.team)
+    if run.is_active:
+        raise RunStateError(f"run {run.pk} is {run.status}; cancel it (and let it stop) before deleting it")
+    Run.objects.filter(pk=run.pk).update(archived_at=timezone.now(), archived_by=user)
+
+
+def archive_experiment(experiment: Experiment, user) -> None:
+    """Soft-delete an experiment and, with it, its runs (team admins); refused while a run is live."""
+    require_admin(user, experiment.project.team)
+    live = experiment.runs.filter(status__in=statuses.ACTIVE, archived_at__isnull=True).values_list("pk", flat=True)
+    if live:
+        raise RunStateError(f"experiment {experiment.pk} has live runs ({', '.join(map(str, live))}); "
+                            "cancel them before deleting it")
+    Experiment.objects.filter(pk=experiment.pk).update(archived_at=timezone.now(), archived_by=user)

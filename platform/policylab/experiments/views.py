@@ -112,6 +112,7 @@ def experiment_new(request: HttpRequest, pk: int) -> HttpResponse:
                 description=request.POST.get("description", ""),
                 tags=[t.strip() for t in request.POST.get("tags", "").split(",") if t.strip()],
                 source_format=source_format,
+                imported=request.POST.get("imported_source", ""),
             )
         except FormParseError as exc:
             issues, values = exc.issues, exc.partial
@@ -134,6 +135,9 @@ def experiment_new(request: HttpRequest, pk: int) -> HttpResponse:
             "warnings": warnings,
             "yaml_text": yaml_text,
             "editor_mode": mode,
+            "form_view": "full" if request.POST.get("form_view") == "full" else "basic",
+            "imported_source": request.POST.get("imported_source", ""),
+            "name_errors": [i.message for i in issues if i.path == "name"],
             "name": request.POST.get("name", ""),
             "description": request.POST.get("description", ""),
             "tags": request.POST.get("tags", ""),
@@ -164,7 +168,7 @@ def editor_check(request: HttpRequest) -> JsonResponse:
         issues = [{"field": i.path, "message": i.message} for i in exc.issues]
         return JsonResponse({"ok": False, "errors": issues, "warnings": [], "derived": {}, "source_format": "roll",
                              "config": None, "yaml": None})
-    payload = validation_payload(source, source_format=source_format)
+    payload = validation_payload(source, source_format=source_format, memory=request.POST)
     if request.POST.get("render_form"):
         values = payload["config"] if payload["config"] is not None else raw_values(source)
         payload["form_html"] = render_to_string(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from django.db import models
 
 from policylab.experiments.models import RunAttempt
@@ -27,3 +29,21 @@ class AttemptLaunch(models.Model):
 
     def __str__(self) -> str:
         return f"launch of {self.attempt} (retry {self.retry})"
+
+
+class DatabaseToken(models.Model):
+    """A random token made once per database (one row, pk 1). Ray submission ids carry it: ids start again
+    at 1 when the database is reset while the Ray head lives on, and `policylab-run1-a1` of the new
+    database must not be mistaken for the old database's job of that name."""
+
+    token = models.CharField(max_length=16)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.token
+
+
+def database_token() -> str:
+    """This database's token, made on first use (a database that was flushed gets a new one)."""
+    row, _ = DatabaseToken.objects.get_or_create(pk=1, defaults={"token": secrets.token_hex(4)})
+    return row.token

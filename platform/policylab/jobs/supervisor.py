@@ -5,8 +5,10 @@ plain function so tests can drive it directly. It is idempotent: every decision 
 from the database and Ray on each tick, so a supervisor that takes over from a dead one simply
 continues. The rules live in `transitions` (pure); this module only reads and writes state.
 
-Writes touch only the fields this app owns (Run.status / message / started_at / finished_at and
-RunAttempt), through queryset updates, so they never overwrite the progress fields ingest writes.
+Writes touch only the fields this app owns (Run.status / message / started_at / finished_at, the ETA of
+a finished run, and RunAttempt), through experiments.run_state (queryset updates that bump the run's state
+version and tell its pages), so they never overwrite the progress fields ingest writes. Every end of a run
+is recorded here, after the job's output is stored: the state machine is experiments.statuses.
 """
 
 from __future__ import annotations
@@ -21,25 +23,40 @@ from typing import Any
 import yaml
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from policylab.experiments.models import Run, RunAttempt
+from policylab.experiments.run_state import write_run_state
 from policylab.experiments.services import path_policy
-from policylab.experiments.statuses import CANCELLED, QUEUED, SUBMITTING, TERMINAL
+from policylab.experiments.statuses import (
+    ACTIVE,
+    CANCEL_FROM,
+    CANCELLED,
+    CANCELLING,
+    QUEUED,
+    STARTING,
+    SUBMITTING,
+    TERMINAL,
+    may_advance,
+)
 from policylab.jobs import ray_jobs
 from policylab.jobs.locks import LockLost, SupervisorLock, connection
-from policylab.jobs.models import AttemptLaunch
-from policylab.jobs.ray_jobs import RayUnavailable
+from policylab.jobs.models import AttemptLaunch, database_token
+from policylab.jobs.ray_jobs import LogTail, RayUnavailable
 from policylab.jobs.transitions import (
     FAILED,
     STATUS_FAILED,
     STATUS_RUNNING,
+    STATUS_SUCCEEDED,
     Step,
     next_step,
     resume_for_attempt,
     submission_id,
     trainer_entrypoint,
 )
+from policylab.tracking.ingest import publish_log_lines, storable
 from policylab.tracking.models import LogLine
 from trainer.config import ConfigError, load_raw, validate_config
 from trainer.config.confinement import READ_ROOTS_VAR, check_confinement, rebase_paths
@@ -52,6 +69,9 @@ CONFIG_NAME = "config.yaml"
 # LogLine rows from the Ray driver's output use seq = -attempt: trainer events have seq >= 1, so
 # the two never collide, and (run, seq, line_no) stays unique and idempotent across takeovers.
 DRIVER_LOG_LEVEL = "driver"
+# How long the verdict waits for Ray to send the rest of a finished job's output through its log tail
+# before fetching the whole log instead.
+FINAL_LOG_WAIT_S = 10.0
 
 
 class SubmitFailed(RuntimeError):
@@ -132,45 +152,57 @@ def runtime_env() -> dict[str, Any]:
 
 
 class RaySession:
-    """A JobSubmissionClient, (re)connected on demand."""
+    """A JobSubmissionClient, (re)connected on demand, and the log tails of the jobs it follows."""
 
-    def __init__(self, address: str, log_every_s: float = 5.0) -> None:
+    def __init__(self, address: str, *, http_timeout_s: float = ray_jobs.HTTP_TIMEOUT_S,
+                 retail_every_s: float = 5.0) -> None:
         self.address = address
-        self.log_every_s = log_every_s
+        self.http_timeout_s = http_timeout_s
+        self.retail_every_s = retail_every_s
         self._client: Any = None
-        self._last_logs = 0.0
-
-    def logs_due(self) -> bool:
-        """Ray returns a job's whole log on every call: fetch it every few seconds, not every tick."""
-        now = time.monotonic()
-        if now - self._last_logs < self.log_every_s:
-            return False
-        self._last_logs = now
-        return True
+        self._tails: dict[str, tuple[LogTail, float]] = {}
 
     def client(self) -> Any:
         if self._client is None:
-            self._client = ray_jobs.connect(self.address)
+            self._client = ray_jobs.connect(self.address, self.http_timeout_s)
         return self._client
+
+    def tail(self, job_id: str) -> LogTail:
+        """The job's log tail, started on first use and again (from the log's first line) when the last one
+        failed, at most every `retail_every_s`."""
+        tail, started = self._tails.get(job_id, (None, 0.0))
+        if tail is None or (tail.error and time.monotonic() - started >= self.retail_every_s):
+            tail = LogTail(self.address, job_id, connect_timeout_s=self.http_timeout_s)
+            self._tails[job_id] = (tail, time.monotonic())
+        return tail
+
+    def forget(self, job_id: str) -> None:
+        tail, _ = self._tails.pop(job_id, (None, 0.0))
+        if tail is not None:
+            tail.close()
 
     def reset(self) -> None:
         self._client = None
 
+    def close(self) -> None:
+        for job_id in list(self._tails):
+            self.forget(job_id)
+
 
 # --- state changes (each one transaction, only fields this app owns) ---------------------------------
 
-def _set_run(run_id: int, status: str, message: str | None = None) -> None:
+def _set_run(run_id: int, status: str, message: str, *, only_if: Q | None = None) -> bool:
+    """Write the run's status and its message (every transition replaces the message, so no stale text
+    survives it) through the one writer of the live state."""
     now = timezone.now()
-    changes: dict[str, Any] = {"status": status}
-    if message is not None:
-        changes["message"] = message
+    changes: dict[str, Any] = {"status": status, "message": message}
     if status in TERMINAL:
-        changes["finished_at"] = now
+        changes |= {"finished_at": now, "eta_seconds": None}
     else:
         changes["finished_at"] = None
-    Run.objects.filter(pk=run_id).update(**changes)
-    if status == STATUS_RUNNING:
-        Run.objects.filter(pk=run_id, started_at__isnull=True).update(started_at=now)
+    if status in (STARTING, STATUS_RUNNING):
+        changes["started_at"] = Coalesce(F("started_at"), Value(now))
+    return write_run_state(run_id, only_if=only_if, **changes)
 
 
 def open_attempt(run: Run, number: int, retry: int, launch_resume_from: str) -> RunAttempt:
@@ -182,20 +214,36 @@ def open_attempt(run: Run, number: int, retry: int, launch_resume_from: str) -> 
     return attempt
 
 
-def finish(run: Run, attempt: RunAttempt | None, step: Step) -> None:
+def cancel_wins(run_id: int, step: Step) -> Step:
+    """The verdict to record, read under the run's row lock: a cancel requested while Ray's answer was on
+    its way turns any end but success into `cancelled` (and stops a retry). Call inside a transaction."""
+    cancelled = Run.objects.select_for_update().filter(pk=run_id, cancel_requested=True).exists()
+    if cancelled and step.run_status != STATUS_SUCCEEDED:
+        return Step("finish", CANCELLED, CANCELLED, "cancelled by user")
+    return step
+
+
+def finish(run: Run, attempt: RunAttempt | None, step: Step) -> Step:
+    """Record the verdict (after cancel_wins); returns the one recorded."""
     with transaction.atomic():
+        step = cancel_wins(run.pk, step)
         if attempt is not None:
             RunAttempt.objects.filter(pk=attempt.pk).update(
                 status=step.attempt_status, finished_at=timezone.now(), message=step.message
             )
         _set_run(run.pk, step.run_status, step.message)
+    return step
 
 
-def retry(run: Run, attempt: RunAttempt, step: Step) -> RunAttempt:
+def retry(run: Run, attempt: RunAttempt, step: Step) -> RunAttempt | None:
     """Close the failed attempt and open the next one in the same transaction, so a supervisor
-    crash can never leave a failed attempt without its retry (or a retry without its cause)."""
+    crash can never leave a failed attempt without its retry (or a retry without its cause).
+    None when a cancel came first: the run is then recorded as cancelled instead."""
     launch = launch_of(attempt)
     with transaction.atomic():
+        if cancel_wins(run.pk, step) is not step:
+            finish(run, attempt, step)
+            return None
         RunAttempt.objects.filter(pk=attempt.pk).update(
             status=step.attempt_status, finished_at=timezone.now(), message=step.message
         )
@@ -225,7 +273,7 @@ def submit_attempt(run: Run, attempt: RunAttempt, ray: RaySession) -> None:
         config = checked_run_config(run, resume)
     except ConfigError as error:
         raise InvalidRunConfig(f"the run's config does not load: {error}") from error
-    job_id = submission_id(run.pk, attempt.number)
+    job_id = submission_id(database_token(), run.pk, attempt.number)
     if attempt.number == 1 and ray_jobs.job_state(ray.client(), job_id).status == ray_jobs.MISSING:
         set_aside_leftovers(run)
     config_path = write_config(run, config)
@@ -251,27 +299,51 @@ def submit_attempt(run: Run, attempt: RunAttempt, ray: RaySession) -> None:
     attempt.ray_job_id = job_id
 
 
+def follow_logs(ray: RaySession, run: Run, attempt: RunAttempt, *, final: bool) -> None:
+    """Store the driver output lines the job's log tail brought since the last tick. When the job is over
+    (`final`), first wait for the tail to deliver the rest; fetch the whole log instead when the tail did
+    not end cleanly or skipped lines (it failed, and its successor starts from the log's first line)."""
+    tail = ray.tail(attempt.ray_job_id)
+    if final:
+        tail.ended.wait(FINAL_LOG_WAIT_S)
+    first, lines = tail.take()
+    stored = store_driver_lines(run, attempt, first, lines)
+    if final:
+        if not (stored and tail.complete):
+            sync_logs(ray.client(), run, attempt, final=True)
+        ray.forget(attempt.ray_job_id)
+    elif not stored:
+        sync_logs(ray.client(), run, attempt, final=False)
+
+
 def sync_logs(client: Any, run: Run, attempt: RunAttempt, *, final: bool) -> None:
-    """Store the driver output lines Ray has that we have not stored yet (complete lines only,
-    unless the job is over)."""
-    text = ray_jobs.logs(client, attempt.ray_job_id)
-    lines = text.splitlines()
-    if lines and not final and not text.endswith("\n"):
-        lines = lines[:-1]
+    """Store the driver output lines Ray has that we have not stored yet, from the whole log (complete
+    lines only, unless the job is over)."""
+    store_driver_lines(run, attempt, 0, ray_jobs.split_lines(ray_jobs.logs(client, attempt.ray_job_id), final=final))
+
+
+def store_driver_lines(run: Run, attempt: RunAttempt, first: int, lines: list[str]) -> bool:
+    """Store `lines` (line `first` onwards of the attempt's driver output) as far as they are new. False
+    when they start after the last stored line (a gap: the caller fetches the whole log)."""
     launch = launch_of(attempt)
-    new = lines[launch.log_lines:]
+    if first > launch.log_lines:
+        return False
+    new = lines[launch.log_lines - first:]
     if not new:
-        return
+        return True
     now = time.time()
     LogLine.objects.bulk_create(
         [
             LogLine(run=run, attempt=attempt.number, seq=-attempt.number, line_no=launch.log_lines + i,
-                    level=DRIVER_LOG_LEVEL, text=line, time=now)
+                    level=DRIVER_LOG_LEVEL, text=storable(line), time=now)
             for i, line in enumerate(new)
         ],
         ignore_conflicts=True,
     )
-    AttemptLaunch.objects.filter(pk=launch.pk).update(log_lines=len(lines))
+    AttemptLaunch.objects.filter(pk=launch.pk).update(log_lines=launch.log_lines + len(new))
+    stored = LogLine.objects.filter(run=run, seq=-attempt.number, line_no__gte=launch.log_lines).order_by("line_no")
+    transaction.on_commit(lambda: publish_log_lines(run.pk, list(stored)))  # the run page's log tail, live
+    return True
 
 
 # --- the loop ------------------------------------------------------------------------------------------
@@ -284,13 +356,15 @@ def tick(run_id: int, ray: RaySession) -> str | None:
     attempt = run.attempts.order_by("-number").first()
 
     if attempt is None or attempt.status in TERMINAL:
-        if run.status != QUEUED:
-            if attempt is not None and run.status not in TERMINAL:  # repair: run lags its last attempt
-                finish(run, None, Step("finish", attempt.status, attempt.status, attempt.message))
+        if run.status in TERMINAL:
             return f"nothing to do: run is {run.status}"
         if run.cancel_requested:
             finish(run, None, Step("finish", CANCELLED, CANCELLED, "cancelled before it started"))
             return CANCELLED
+        if run.status != QUEUED:
+            if attempt is not None:  # repair: the run lags its last attempt
+                finish(run, None, Step("finish", attempt.status, attempt.status, attempt.message))
+            return f"nothing to do: run is {run.status}"
         number = attempt.number + 1 if attempt is not None else 1
         attempt = open_attempt(run, number, retry=0, launch_resume_from=run.resume_from)
 
@@ -302,8 +376,7 @@ def tick(run_id: int, ray: RaySession) -> str | None:
         try:
             submit_attempt(run, attempt, ray)
         except InvalidRunConfig as error:
-            finish(run, attempt, Step("finish", STATUS_FAILED, STATUS_FAILED, str(error)))
-            return STATUS_FAILED
+            return finish(run, attempt, Step("finish", STATUS_FAILED, STATUS_FAILED, str(error))).run_status
         except SubmitFailed as error:
             step = next_step(FAILED, cancel_requested=False, retries_used=retries_used,
                              max_retries=run.max_retries, ray_message=str(error))
@@ -321,11 +394,10 @@ def tick(run_id: int, ray: RaySession) -> str | None:
         job_id=attempt.ray_job_id,
     )
     final = step.action in ("finish", "retry")
-    if final or ray.logs_due():
-        sync_logs(client, run, attempt, final=final)
+    follow_logs(ray, run, attempt, final=final)
     RunAttempt.objects.filter(pk=attempt.pk).update(heartbeat_at=timezone.now())
 
-    if step.action in ("finish", "retry"):
+    if final:
         return _finish_or_retry(run, attempt, step)
     if step.action == "stop_job":
         ray_jobs.stop(client, attempt.ray_job_id)
@@ -334,22 +406,31 @@ def tick(run_id: int, ray: RaySession) -> str | None:
         if step.attempt_status == STATUS_RUNNING:
             changes["started_at"] = timezone.now()
         RunAttempt.objects.filter(pk=attempt.pk).update(**changes)
-    # Only forward: ingest may already have recorded the trainer's own final state (it reports it
-    # just before its process exits, while Ray still says RUNNING); finish() settles it.
-    if run.status != step.run_status and run.status not in TERMINAL:
-        _set_run(run.pk, step.run_status, step.message or f"attempt {attempt.number}: {step.run_status}")
+    # A report moves the run only forward (ingest may be ahead: the trainer said `running` while Ray's
+    # view lags); the verdict comes with `finish`. Compare-and-set on the status read, so a cancel or a
+    # trainer event written meanwhile stands.
+    if step.run_status == CANCELLING:
+        advance = run.status in CANCEL_FROM
+    else:
+        advance = may_advance(run.status, step.run_status)
+    if advance:
+        _set_run(run.pk, step.run_status, f"attempt {attempt.number}: {step.message or step.run_status}",
+                 only_if=Q(status=run.status))
     return None
 
 
 def _finish_or_retry(run: Run, attempt: RunAttempt, step: Step) -> str | None:
     if step.action == "retry":
         nxt = retry(run, attempt, step)
+        if nxt is None:
+            log.info("run %s: cancelled while attempt %s was failing; not retried", run.pk, attempt.number)
+            return CANCELLED
         log.warning("run %s: attempt %s failed, retrying as attempt %s: %s", run.pk, attempt.number, nxt.number,
                     step.message)
         return None
-    finish(run, attempt, step)
-    log.info("run %s: %s (%s)", run.pk, step.run_status, step.message)
-    return step.run_status
+    recorded = finish(run, attempt, step)
+    log.info("run %s: %s (%s)", run.pk, recorded.run_status, recorded.message)
+    return recorded.run_status
 
 
 def supervise(run_id: int, lock: SupervisorLock, *, ray_address: str, poll_s: float,
@@ -359,7 +440,15 @@ def supervise(run_id: int, lock: SupervisorLock, *, ray_address: str, poll_s: fl
     worker is shutting down) ends it after the current tick: the Ray job runs on, and the next
     worker's reconcile takes the run back."""
     stop = stop or threading.Event()
-    ray = RaySession(ray_address, log_every_s=max(5 * poll_s, 2.0))
+    ray = RaySession(ray_address, http_timeout_s=settings.POLICYLAB_RAY_HTTP_TIMEOUT_S,
+                     retail_every_s=max(5 * poll_s, 2.0))
+    try:
+        return _supervise(run_id, lock, ray, poll_s, stop)
+    finally:
+        ray.close()
+
+
+def _supervise(run_id: int, lock: SupervisorLock, ray: RaySession, poll_s: float, stop: threading.Event) -> str:
     unavailable_noted = False
     while True:
         if stop.is_set():
@@ -376,7 +465,7 @@ def supervise(run_id: int, lock: SupervisorLock, *, ray_address: str, poll_s: fl
             ray.reset()
             if not unavailable_noted:
                 log.warning("run %s: %s", run_id, error)
-                Run.objects.filter(pk=run_id).update(message=f"waiting for Ray: {error}")
+                write_run_state(run_id, only_if=Q(status__in=ACTIVE), message=f"waiting for Ray: {error}")
                 unavailable_noted = True
             outcome = None
         except DatabaseError:

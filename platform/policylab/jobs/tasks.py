@@ -11,7 +11,7 @@ from django.db.models import Q
 
 from policylab.celery import app
 from policylab.experiments.models import Run, RunAttempt
-from policylab.experiments.statuses import ACTIVE
+from policylab.experiments.statuses import ACTIVE, QUEUED
 from policylab.jobs import locks, ray_jobs
 from policylab.jobs.ray_jobs import RayUnavailable
 from policylab.jobs.supervisor import supervise
@@ -51,22 +51,27 @@ def supervise_run(run_id: int) -> str:
     if not lock.acquire():
         return "already supervised"
     try:
-        return supervise(run_id, lock, ray_address=settings.RAY_ADDRESS, poll_s=settings.POLICYLAB_SUPERVISOR_POLL_S,
-                         stop=shutting_down)
+        outcome = supervise(run_id, lock, ray_address=settings.RAY_ADDRESS,
+                            poll_s=settings.POLICYLAB_SUPERVISOR_POLL_S, stop=shutting_down)
     finally:
         lock.release()
+    # A resume accepted while this supervisor was recording the end found the lock taken and its own
+    # task returned "already supervised": hand the queued run on now rather than at the next reconcile.
+    if not shutting_down.is_set() and Run.objects.filter(pk=run_id, status=QUEUED).exists():
+        enqueue_supervision(run_id, force=True)
+    return outcome
 
 
 @app.task(acks_late=True)
 def cancel_run(run_id: int) -> str:
     """Stop the run's Ray job now (the supervisor then records `cancelled`); make sure a
-    supervisor is there to record it."""
-    Run.objects.filter(pk=run_id).update(cancel_requested=True)
+    supervisor is there to record it (jobs.services.cancel_run flagged the run before queueing this)."""
     attempt = RunAttempt.objects.filter(run_id=run_id).exclude(ray_job_id="").order_by("-number").first()
     outcome = "no Ray job yet"
     if attempt is not None and attempt.status in ACTIVE:
         try:
-            stopped = ray_jobs.stop(ray_jobs.connect(settings.RAY_ADDRESS), attempt.ray_job_id)
+            client = ray_jobs.connect(settings.RAY_ADDRESS, settings.POLICYLAB_RAY_HTTP_TIMEOUT_S)
+            stopped = ray_jobs.stop(client, attempt.ray_job_id)
             outcome = f"stop requested for {attempt.ray_job_id}" if stopped else f"{attempt.ray_job_id} not running"
         except RayUnavailable as error:
             outcome = f"Ray unavailable ({error}); the supervisor will stop the job"

@@ -6,12 +6,13 @@ No Django, no Celery, no Ray here (statuses is plain Python), so every rule is t
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Literal
 
 from policylab.experiments import statuses
-from policylab.experiments.statuses import CANCELLED, SUBMITTING
+from policylab.experiments.statuses import CANCELLED, CANCELLING, STARTING, SUBMITTING
 
 # Ray job states (ray.job_submission.JobStatus values), plus MISSING: Ray has no job under the
 # submission id although we submitted one (the cluster was restarted, or the job was deleted).
@@ -26,7 +27,7 @@ STATUS_RUNNING, STATUS_SUCCEEDED, STATUS_FAILED = statuses.RUNNING, statuses.SUC
 TRAINER_CONFIG_ERROR_EXIT = 2
 
 Action = Literal["wait", "stop_job", "finish", "retry"]
-MESSAGE_LIMIT = 4000  # characters of Ray's failure message kept in Run/RunAttempt.message
+SUMMARY_LIMIT = 500  # characters of a failure summary; the whole output is in the run's log
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,11 @@ class Step:
     message: str = ""
 
 
-def submission_id(run_id: int, attempt: int) -> str:
+def submission_id(database_token: str, run_id: int, attempt: int) -> str:
     """Ray submission id of an attempt: deterministic, so a supervisor that crashed after submitting
-    finds the job it submitted instead of starting a second one."""
-    return f"policylab-run{run_id}-a{attempt}"
+    finds the job it submitted instead of starting a second one; the database's token (jobs.models.
+    database_token) keeps the ids of a reset database apart from the jobs a long-lived Ray head holds."""
+    return f"policylab-{database_token}-run{run_id}-a{attempt}"
 
 
 def next_step(
@@ -62,8 +64,11 @@ def next_step(
 ) -> Step:
     """Decide from the Ray job's status.
 
+    run_status is what the run may become (a report: the supervisor applies it only forward, see
+    statuses.may_advance; a `finish` or `retry` is a verdict); attempt_status mirrors the Ray job.
     retries_used: automatic retries already made in this launch (0 on the first attempt);
     a failure is retried while retries_used < max_retries, so a launch has 1 + max_retries attempts.
+    A requested cancel wins over everything but a job that Ray saw succeed.
     """
     if ray_status not in {PENDING, RUNNING, *RAY_TERMINAL}:
         raise ValueError(f"ray_status: unknown Ray job status {ray_status!r}; valid: "
@@ -72,37 +77,47 @@ def next_step(
         return Step("finish", STATUS_SUCCEEDED, STATUS_SUCCEEDED, "")
     if cancel_requested:
         if ray_status in (PENDING, RUNNING):
-            active = SUBMITTING if ray_status == PENDING else STATUS_RUNNING
-            return Step("stop_job", active, active, "cancelling: stopping the Ray job")
+            attempt = SUBMITTING if ray_status == PENDING else STATUS_RUNNING
+            return Step("stop_job", CANCELLING, attempt, "cancelling: stopping the Ray job")
         return Step("finish", CANCELLED, CANCELLED, "cancelled by user")
     if ray_status == PENDING:
         return Step("wait", SUBMITTING, SUBMITTING)
     if ray_status == RUNNING:
-        return Step("wait", STATUS_RUNNING, STATUS_RUNNING)
+        return Step("wait", STARTING, STATUS_RUNNING, "the trainer process started")
     if ray_status == STOPPED:
         return Step("finish", CANCELLED, CANCELLED, f"Ray job {job_id} was stopped outside PolicyLab")
 
     if ray_status == MISSING:
         error = f"Ray job {job_id} vanished from the cluster (was the Ray head restarted?)"
     else:
-        error = clip(ray_message.strip()) or f"Ray job {job_id} failed"
+        error = error_summary(ray_message) or f"Ray job {job_id} failed"
         if exit_code == TRAINER_CONFIG_ERROR_EXIT:
             return Step("finish", STATUS_FAILED, STATUS_FAILED, f"invalid config (trainer exit code 2): {error}")
     if retries_used < max_retries:
-        return Step("retry", STATUS_RUNNING, STATUS_FAILED,
+        return Step("retry", SUBMITTING, STATUS_FAILED,
                     f"{error} — retrying from the latest checkpoint ({retries_used + 1}/{max_retries})")
     if max_retries:
         error = f"{error} (gave up after {max_retries} {'retry' if max_retries == 1 else 'retries'})"
     return Step("finish", STATUS_FAILED, STATUS_FAILED, error)
 
 
-def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """Ray's failure message carries the job's last ~20 000 log characters: keep its head (the
-    reason) and the end of the log (the traceback), drop the middle."""
-    if len(text) <= limit:
-        return text
-    head = text[: limit // 4].rsplit("\n", 1)[0]
-    return f"{head}\n[… {len(text) - limit} characters cut …]\n{text[-(limit - len(head)):]}"
+# `python -m trainer run` prints this line last when training fails (trainer.pipeline.runner), or when
+# it refuses to start (an invalid config, paths outside the policy, a failed preflight: trainer.cli).
+TRAINER_FAILURE = re.compile(r"^training (?:failed|refused): (.+)$", re.M)
+# The last line of a Python traceback: an exception's type (dotted), then its message.
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Timeout)\b(?::.*)?$", re.M)
+
+
+def error_summary(ray_message: str, limit: int = SUMMARY_LIMIT) -> str:
+    """The reason of a failed job in one line, not the ~20 000 log characters Ray's message carries:
+    the trainer's own "training failed: Type: message" (or "training refused: …") line, else the last
+    exception line of a traceback, else Ray's first line (e.g. "Job entrypoint command failed with
+    exit code -9")."""
+    text = ray_message.strip()
+    found = TRAINER_FAILURE.findall(text) or EXCEPTION_LINE.findall(text)
+    line = found[-1] if found else text.split("\n", 1)[0]
+    line = line.strip()
+    return line if len(line) <= limit else f"{line[: limit - 1]}…"
 
 
 def resume_for_attempt(launch_resume_from: str, retry: int, has_own_checkpoint: bool) -> bool | str:
@@ -128,5 +143,5 @@ def trainer_entrypoint(python: str, config_path: str, run_id: str, attempt: int,
     POLICYLAB_TRAINER_ARGS, e.g. "--workers local" on a one-machine CPU setup) go last."""
     return " ".join(shlex.quote(part) for part in (
         python, "-m", "trainer", "run", config_path, "--run-id", run_id, "--attempt", str(attempt),
-        "--events-redis", events_redis, *shlex.split(extra_args),
+        "--events-redis", events_redis, "--exit-with-parent", *shlex.split(extra_args),
     ))

@@ -1,20 +1,30 @@
-"""REST endpoints of tracking (metrics series, rollouts), authenticated and scoped like the platform API."""
+"""REST endpoints of tracking (metrics series and export, rollouts, checkpoints, logs, events), authenticated and
+scoped like the platform API."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from typing import Any
+
 from django.db import DataError
 from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from policylab.api.serializers import ErrorSerializer
-from policylab.experiments.models import Run
-from policylab.tracking import selectors
+from policylab.experiments.models import Run, RunStatus
+from policylab.ids import MAX_ID
+from policylab.tracking import selectors, services
+from policylab.tracking.models import Checkpoint
 
 
 def scoped_run(request: Request, run_id: int) -> Run:
@@ -81,8 +91,17 @@ class RolloutQuery(serializers.Serializer):
     reward_max = serializers.FloatField(required=False)
     len_min = serializers.IntegerField(required=False, help_text="response length (tokens) at least")
     len_max = serializers.IntegerField(required=False)
-    stop_reason = serializers.CharField(required=False)
+    stop_reason = serializers.CharField(required=False, help_text="a response's stop reason, or a trajectory's done reason")
     q = serializers.CharField(required=False, help_text="regular expression searched in prompt and response")
+    env_tag = serializers.CharField(required=False, help_text="agentic runs: the environment's tag")
+    success = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                       help_text="agentic runs: whether the episode succeeded")
+    turns_min = serializers.IntegerField(required=False, min_value=0, help_text="agentic runs: replies at least")
+    turns_max = serializers.IntegerField(required=False, min_value=0)
+    latest = serializers.BooleanField(required=False, default=False,
+                                      help_text="only the newest step that has samples (step_min and step_max ignored)")
+    sort = serializers.ChoiceField(choices=selectors.SORT_CHOICES, required=False, default="step",
+                                   help_text="step (default), reward, advantage, length or turns; -name descending")
 
     def validate_q(self, value: str) -> str:
         try:
@@ -109,10 +128,21 @@ class RolloutOut(serializers.Serializer):
     prompt_length = serializers.IntegerField()
     response_length = serializers.IntegerField()
     stop_reason = serializers.CharField()
+    stop_reason_text = serializers.CharField(help_text="what the stop (or done) reason means, in words")
     attempt = serializers.IntegerField()
+    env_tag = serializers.CharField(allow_blank=True)
+    success = serializers.BooleanField(allow_null=True)
+    num_turns = serializers.IntegerField(allow_null=True)
+    done_reason = serializers.CharField(allow_blank=True)
+    frames_url = serializers.CharField(allow_null=True, help_text="agentic: the trajectory's rendered text frames")
     tokens = serializers.ListField(child=serializers.CharField(), allow_null=True)
     token_logprobs = serializers.ListField(child=serializers.FloatField(), allow_null=True)
     token_advantages = serializers.ListField(child=serializers.FloatField(), allow_null=True)
+    token_mask = serializers.ListField(child=serializers.IntegerField(), allow_null=True,
+                                       help_text="1 where the loss applies (agentic: the policy's own tokens)")
+    turns = serializers.ListField(child=serializers.DictField(), allow_null=True,
+                                  help_text="agentic: role, text, tokens, loss, reward, penalty, format_ok, action, "
+                                  "stop_reason of each turn")
 
 
 class RolloutPageOut(serializers.Serializer):
@@ -122,13 +152,16 @@ class RolloutPageOut(serializers.Serializer):
     results = RolloutOut(many=True)
     steps = serializers.ListField(child=serializers.IntegerField(), help_text="steps that have samples")
     stop_reasons = serializers.ListField(child=serializers.CharField())
+    stop_reason_texts = serializers.DictField(child=serializers.CharField(), help_text="each stop reason in words")
+    env_tags = serializers.ListField(child=serializers.CharField(), help_text="agentic runs' environment tags")
 
 
 class RunRollouts(APIView):
     @extend_schema(
         parameters=[RolloutQuery, OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
         responses={200: RolloutPageOut, **ERRORS},
-        description="Rollout samples of a run, filtered and paged, ordered by step, GRPO group and sample.",
+        description="Rollout samples of a run, filtered, sorted (by step, GRPO group and sample unless `sort` says "
+        "otherwise) and paged.",
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = scoped_run(request, run_id)
@@ -142,5 +175,205 @@ class RunRollouts(APIView):
             raise ValidationError({"q": [f"the database rejected the pattern: {exc}"]}) from exc
         response = pages.get_paginated_response([selectors.rollout_dict(s) for s in page])
         response.data["steps"] = selectors.rollout_steps(run)
-        response.data["stop_reasons"] = selectors.stop_reasons(run)
+        response.data["stop_reasons"] = reasons = selectors.stop_reasons(run)
+        response.data["stop_reason_texts"] = {reason: selectors.stop_reason_words(reason) for reason in reasons}
+        response.data["env_tags"] = selectors.env_tags(run)
+        return response
+
+
+# --- chart pins --------------------------------------------------------------------------------------------
+
+class ChartPinIn(serializers.Serializer):
+    key = serializers.CharField(max_length=200)
+    pinned = serializers.BooleanField()
+
+
+class ChartPinsOut(serializers.Serializer):
+    keys = serializers.ListField(child=serializers.CharField(), help_text="the metric keys you pinned, oldest first")
+
+
+class ChartPins(APIView):
+    @extend_schema(responses={200: ChartPinsOut}, description="The metric charts you pinned (shown first on every "
+                   "run page and on compare).")
+    def get(self, request: Request) -> Response:
+        return Response({"keys": selectors.pinned_keys(request.user)})
+
+    @extend_schema(request=ChartPinIn, responses={200: ChartPinsOut, 400: ErrorSerializer},
+                   description="Pin (pinned=true) or unpin a metric chart; answers with every pin you have.")
+    def post(self, request: Request) -> Response:
+        body = ChartPinIn(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response({"keys": services.set_chart_pin(request.user, **body.validated_data)})
+
+
+# --- checkpoints, logs, events, metrics export ---------------------------------------------------------
+
+class CheckpointOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    step = serializers.IntegerField()
+    path = serializers.CharField()
+    size_bytes = serializers.IntegerField()
+    contents = serializers.ListField(child=serializers.CharField())
+    attempt = serializers.IntegerField()
+    time = serializers.FloatField(help_text="unix time of the save")
+    deleted = serializers.BooleanField(help_text="pruned by retention (max_ckpts_to_keep)")
+    resumable = serializers.BooleanField(help_text="not pruned and still on disk: resume and fork accept it")
+
+
+class CheckpointPages(PageNumberPagination):
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+class CheckpointPageOut(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = CheckpointOut(many=True)
+
+
+class RunCheckpoints(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
+        responses={200: CheckpointPageOut, **ERRORS},
+        description="The run's checkpoints, newest step first, as retention left them: a checkpoint that "
+        "max_ckpts_to_keep pruned (or that is gone from disk) is listed with resumable=false.",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = scoped_run(request, run_id)
+        pages = CheckpointPages()
+        page = pages.paginate_queryset(Checkpoint.objects.filter(run=run).order_by("-step"), request, view=self)
+        return pages.get_paginated_response([selectors.checkpoint_dict(c) for c in page])
+
+
+class RunStateOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    step = serializers.IntegerField()
+    total_steps = serializers.IntegerField(allow_null=True)
+    eta_s = serializers.FloatField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    version = serializers.IntegerField(help_text="grows with every change of this state")
+    cancel_requested = serializers.BooleanField()
+    cancellable = serializers.BooleanField()
+    resumable = serializers.BooleanField()
+    finished = serializers.BooleanField()
+
+
+class CursorQuery(serializers.Serializer):
+    after = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_ID,
+                                     help_text="the cursor of the last item you have (next_after of the previous page)")
+    limit = serializers.IntegerField(required=False, default=500, min_value=1, max_value=5000)
+
+
+class LogLineOut(serializers.Serializer):
+    id = serializers.IntegerField(help_text="the cursor: ask for ?after=<id> to get the lines after this one")
+    seq = serializers.IntegerField(help_text="the trainer event's seq; negative for the Ray driver's output")
+    attempt = serializers.IntegerField()
+    level = serializers.CharField(help_text='a log level, or "driver" for the Ray job\'s output')
+    text = serializers.CharField(allow_blank=True, help_text="ANSI colour codes removed")
+    time = serializers.FloatField()
+
+
+class LogPageOut(serializers.Serializer):
+    run = RunStateOut()
+    results = LogLineOut(many=True)
+    next_after = serializers.IntegerField(help_text="pass as ?after= to tail the log")
+
+
+class RunLogs(APIView):
+    @extend_schema(
+        parameters=[CursorQuery],
+        responses={200: LogPageOut, **ERRORS},
+        description="The run's log lines in the order they were stored (the trainer's log events and the Ray "
+        "driver's output), ANSI colour codes stripped, at most `limit` per page. Tail a live run by asking "
+        "again with ?after=<next_after> until run.finished is true and a page comes back empty.",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = scoped_run(request, run_id)
+        query = CursorQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        after, limit = query.validated_data["after"], query.validated_data["limit"]
+        state = selectors.fresh_run_state(run)  # read first: lines stored after it come on the next page
+        lines = [selectors.log_dict(line) for line in selectors.log_lines(run, after=after)[:limit]]
+        return Response({"run": state, "results": lines, "next_after": lines[-1]["id"] if lines else after})
+
+
+class EventOut(serializers.Serializer):
+    type = serializers.CharField()
+    seq = serializers.IntegerField()
+    step = serializers.IntegerField()
+    time = serializers.FloatField()
+    attempt = serializers.IntegerField()
+    data = serializers.DictField()
+
+
+class EventPageOut(serializers.Serializer):
+    run = RunStateOut()
+    seq = serializers.IntegerField(help_text="the largest seq stored for the run")
+    events = EventOut(many=True)
+    next_after = serializers.IntegerField(allow_null=True, help_text="pass as ?after= for the next page; "
+                                          "null when no stored event follows yet")
+
+
+class RunEvents(APIView):
+    @extend_schema(
+        parameters=[CursorQuery],
+        responses={200: EventPageOut, **ERRORS},
+        description="The run's telemetry events with seq > after, rebuilt from what ingest stored (metrics, "
+        "rollouts without token arrays, checkpoints, logs, system), in seq order, at most `limit` events. "
+        "Status events are not stored one by one: their effect is `run`, the run's current state.",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = scoped_run(request, run_id)
+        query = CursorQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(selectors.events_page(run, after=query.validated_data["after"],
+                                              limit=min(query.validated_data["limit"], 1000)))
+
+
+class CSVRenderer(BaseRenderer):
+    """A table ({"columns": [...], "rows": [[...], ...]}) as CSV; anything else (an error body) as its JSON
+    text, which ApiErrorBodyMiddleware then answers as the API's JSON error."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: dict | None = None) -> str:
+        if not (isinstance(data, dict) and "columns" in data and "rows" in data):
+            return json.dumps(data)
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(data["columns"])
+        writer.writerows(["" if value is None else value for value in row] for row in data["rows"])
+        return out.getvalue()
+
+
+class MetricsTableOut(serializers.Serializer):
+    run = serializers.IntegerField()
+    columns = serializers.ListField(child=serializers.CharField(), help_text='"step", then every metric key')
+    rows = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
+        help_text="one row per step; null where the step has no value for a key (or it was NaN/inf)",
+    )
+
+
+class RunMetricsExport(APIView):
+    renderer_classes = [JSONRenderer, CSVRenderer]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("format", str, enum=["json", "csv"], description="json (default) or csv")],
+        responses={(200, "application/json"): MetricsTableOut, (200, "text/csv"): OpenApiTypes.STR,
+                   (404, "application/json"): ErrorSerializer},
+        description="Every metric point of the run at full resolution (no downsampling), one row per step, "
+        "as JSON or as CSV (?format=csv or Accept: text/csv).",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = scoped_run(request, run_id)
+        columns, rows = selectors.metrics_table(run)
+        response = Response({"run": run.pk, "columns": columns, "rows": rows})
+        if request.accepted_renderer.format == "csv":
+            response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-metrics.csv"'
         return response

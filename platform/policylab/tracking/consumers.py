@@ -1,4 +1,5 @@
-"""The websocket of a run page: a snapshot (or a replay after `?after_seq=N`), then live events."""
+"""The websocket of a run page (or a script with an API token): a snapshot (or a replay after `?after_seq=N`),
+then live events and `run` frames carrying the run's state each time it changes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from policylab.tracking.ingest import chunk_events, group_name
 from policylab.tracking.selectors import events_after, run_for_user, run_snapshot
 
 CLOSE_NOT_FOUND = 4404
+CLOSE_UNAUTHENTICATED = 4401  # no session and no valid API token (accounts.websocket)
 FRAME_BYTES = 300_000  # rough JSON size of one series frame
 
 
@@ -27,10 +29,11 @@ def parse_after_seq(text: str | None) -> int | None:
     return -value if text.startswith("-") else value
 
 
-def initial_messages(user: Any, run_id: int, after_seq: int | None) -> list[dict[str, Any]] | None:
+def initial_messages(user: Any, run_id: int, after_seq: int | None, lazy: bool = False) -> list[dict[str, Any]] | None:
     """None when the user may not see the run; else a replay (when possible) or a snapshot, split
     into frames below the server's websocket size limit (daphne: 1 MiB). Only the last frame carries
-    `seq`, so a client cut off half-way resumes from what it really has."""
+    `seq`, so a client cut off half-way resumes from what it really has. `lazy` (`?series=lazy`, the run
+    and compare pages): the snapshot carries the metric keys, not their series."""
     run = run_for_user(user, run_id)
     if run is None:
         return None
@@ -38,7 +41,7 @@ def initial_messages(user: Any, run_id: int, after_seq: int | None) -> list[dict
         replay = events_after(run, after_seq)
         if replay is not None:
             return split_replay(replay)
-    return split_snapshot(run_snapshot(run))
+    return split_snapshot(run_snapshot(run, lazy=lazy))
 
 
 def split_replay(replay: dict[str, Any]) -> list[dict[str, Any]]:
@@ -74,15 +77,16 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.sent_seq = None
-        after = parse_qs(self.scope.get("query_string", b"").decode()).get("after_seq", [None])[0]
-        after_seq = parse_after_seq(after)
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        after_seq = parse_after_seq(query.get("after_seq", [None])[0])
+        lazy = query.get("series", [""])[0] == "lazy"
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_NOT_FOUND)
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.group = group_name(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        messages = await database_sync_to_async(initial_messages)(user, self.run_id, after_seq)
+        messages = await database_sync_to_async(initial_messages)(user, self.run_id, after_seq, lazy)
         if messages is None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             await self.close(code=CLOSE_NOT_FOUND)
@@ -107,3 +111,14 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         fresh = [e for e in message["events"] if e["seq"] > self.sent_seq]
         if fresh:
             await self.send_json({"type": "events", "seq": max(e["seq"] for e in fresh), "events": fresh})
+
+    async def run_logs(self, message: dict[str, Any]) -> None:
+        """Log lines stored outside trainer events (the Ray driver's output; ingest.publish_log_lines): they
+        have no place in the seq order, so the page keys them by (seq, line_no) and drops what it has."""
+        if self.sent_seq is not None:
+            await self.send_json({"type": "logs", "lines": message["lines"]})
+
+    async def run_state(self, message: dict[str, Any]) -> None:
+        """The run's state after a change (experiments.run_state); the client keeps the highest version."""
+        if self.sent_seq is not None:
+            await self.send_json({"type": "run", "run": message["run"]})

@@ -22,28 +22,34 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from policylab.experiments import statuses
-from policylab.experiments.models import Run, RunStatus
+from policylab.experiments.models import Run
+from policylab.experiments.run_state import write_run_state
+from policylab.tracking.compare import effective_config
 from policylab.tracking.models import (
     Checkpoint,
     IngestCursor,
     LogLine,
     MetricPoint,
+    MetricSummary,
     RolloutSample,
     SystemPoint,
 )
+from policylab.tracking.selectors import checkpoint_dict, log_colours, log_dict, run_state, stop_reason_words
 from trainer.telemetry.events import EventError, parse_event
 
 log = logging.getLogger(__name__)
 
-# Live websocket messages carry at most LIVE_SAMPLES rollouts per event, without token arrays and
-# with texts cut to LIVE_TEXT_LIMIT; the rollout inspector reads the full samples through the API.
+# Live websocket messages carry at most LIVE_SAMPLES rollouts per event, without token arrays or an agentic
+# trajectory's turns, and with texts cut to LIVE_TEXT_LIMIT; the rollout inspector reads the full samples
+# through the API.
 LIVE_TEXT_LIMIT = 1000
 LIVE_SAMPLES = 64
 MESSAGE_VALUES = 5000
+HEAVY_SAMPLE_KEYS = ("tokens", "token_logprobs", "token_advantages", "token_mask", "turns")
 
 
 def group_name(run_id: int) -> str:
@@ -80,7 +86,9 @@ class RunBatch:
     checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
     logs: list[LogLine] = field(default_factory=list)
     system: dict[tuple[int, str], tuple] = field(default_factory=dict)  # (seq, key) -> SystemPoint row
-    status: dict[str, Any] | None = None
+    # status events in seq order, a run of the same (attempt, state) kept as its last: every change of
+    # state counts (a `succeeded` followed in the same batch by a lagging `running` is not lost)
+    status_events: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, run_id: int, event: dict[str, Any]) -> None:
         """Build the rows of one event; within a batch the larger seq wins on a shared unique key."""
@@ -113,10 +121,20 @@ class RunBatch:
                 lines = lines.splitlines()
             level = str(data.get("level", "info"))[:16]
             self.logs.extend(
-                LogLine(line_no=i, level=level, text=str(text), time=time, **common) for i, text in enumerate(lines)
+                LogLine(line_no=i, level=level, text=storable(text), time=time, **common) for i, text in enumerate(lines)
             )
-        elif kind == "status" and (self.status is None or seq > self.status["seq"]):
-            self.status = event
+        elif kind == "status":
+            last = self.status_events[-1] if self.status_events else None
+            if last is not None and (last["attempt"], last["data"].get("state")) == (attempt, data.get("state")):
+                self.status_events[-1] = event
+            else:
+                self.status_events.append(event)
+
+
+def storable(text: Any) -> str:
+    """`text` as a database string: PostgreSQL's text and jsonb refuse NUL, which a byte-level tokenizer
+    decodes from a random model's output (one such sample used to stop ingest of the run for good)."""
+    return str(text).replace("\x00", "\ufffd")
 
 
 def rollout_row(sample: Mapping[str, Any], index: int, step: int, time: float, common: dict) -> RolloutSample:
@@ -124,23 +142,39 @@ def rollout_row(sample: Mapping[str, Any], index: int, step: int, time: float, c
         return int(sample.get(name) or 0)
 
     group = sample.get("group_id")
+    tokens = sample.get("tokens")
+    turns = sample.get("turns")
+    success = sample.get("success")
+    num_turns = sample.get("num_turns")
     return RolloutSample(
         step=step,
         group_id=int(group) if group is not None else index,
         sample_index=int(sample.get("sample_index", index)),
-        prompt=str(sample.get("prompt", "")),
-        response=str(sample.get("response", "")),
+        prompt=storable(sample.get("prompt", "")),
+        response=storable(sample.get("response", "")),
         reward=finite_or_none(sample.get("reward")),
         advantage=finite_or_none(sample.get("advantage")),
         prompt_length=count("prompt_length"),
         response_length=count("response_length"),
-        stop_reason=str(sample.get("stop_reason") or "")[:32],
-        tokens=sample.get("tokens"),
+        stop_reason=storable(sample.get("stop_reason") or "")[:32],
+        tokens=[storable(t) for t in tokens] if isinstance(tokens, list) else tokens,
         token_logprobs=sample.get("token_logprobs"),
         token_advantages=sample.get("token_advantages"),
+        token_mask=sample.get("token_mask"),
+        turns=[storable_turn(t) for t in turns if isinstance(t, Mapping)] if isinstance(turns, list) else None,
+        env_tag=storable(sample.get("env_tag") or "")[:100],
+        success=bool(success) if success is not None else None,
+        num_turns=max(0, int(num_turns)) if isinstance(num_turns, int | float) else None,
+        done_reason=storable(sample.get("done_reason") or "")[:32],
+        render_path=storable(sample.get("render_path") or "")[:1000],
         time=time,
         **common,
     )
+
+
+def storable_turn(turn: Mapping[str, Any]) -> dict[str, Any]:
+    """A trajectory turn with its texts made storable (the rest are numbers, booleans and short words)."""
+    return {key: storable(value) if isinstance(value, str) else value for key, value in turn.items()}
 
 
 POINT_COLUMNS = ("run", "key", "step", "value", "time", "attempt", "seq")
@@ -218,6 +252,7 @@ def drop_stale(rows: dict, model: type, run_id: int, key_fields: tuple[str, ...]
 def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
     """Write one run's rows; call inside a transaction."""
     upsert_points(MetricPoint, list(batch.metrics.values()), ("run", "key", "step"))
+    update_summaries(run_id, list(batch.metrics.values()))
     upsert_points(SystemPoint, list(batch.system.values()), ("run", "seq", "key"))
     min_seq = min([row.seq for row in batch.rollouts.values()] + [cursor.last_seq + 1])
     rollouts = (
@@ -232,79 +267,177 @@ def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
         unique_fields=["run", "step", "group_id", "sample_index"],
         update_fields=[
             "prompt", "response", "reward", "advantage", "prompt_length", "response_length", "stop_reason",
-            "tokens", "token_logprobs", "token_advantages", "attempt", "seq", "time",
+            "tokens", "token_logprobs", "token_advantages", "token_mask", "turns", "env_tag", "success",
+            "num_turns", "done_reason", "render_path", "attempt", "seq", "time",
         ],
     )
     Checkpoint.objects.bulk_create(
         list(batch.checkpoints.values()),
         update_conflicts=True,
         unique_fields=["run", "step"],
-        update_fields=["path", "size_bytes", "contents", "attempt", "seq", "created_at"],
+        update_fields=["path", "size_bytes", "contents", "attempt", "seq", "created_at", "deleted_at"],
     )
     LogLine.objects.bulk_create(batch.logs, batch_size=2000, ignore_conflicts=True)
-    if batch.status is not None and batch.status["seq"] > cursor.last_seq:
-        apply_status(run_id, batch.status)
+    if batch.checkpoints:
+        mirror_retention(run_id)
+    for event in batch.status_events:
+        if event["seq"] > cursor.last_seq:  # a replayed status is history, not news
+            apply_status(run_id, event)
 
 
-def status_event_may_set(run: Run, status: str, attempt: int) -> bool:
-    """Whether a trainer `status` event may change the run's status, given that ingest can lag.
+SUMMARY_FIELDS = ["points", "last_step", "last_value", "min_value", "max_value", "first_time"]
 
-    The supervisor owns the lifecycle (retries, cancel); trainer events only fill it in. So an
-    event of an attempt older than the run's latest one never counts (attempt 1's late `failed`
-    must not end a run that attempt 2 is training), a cancel stands, and a finished run is not
-    reopened by a `running` event read after the end.
+
+def update_summaries(run_id: int, rows: list[tuple]) -> None:
+    """Fold this batch's metric rows (POINT_COLUMNS tuples, already stored) into the run's MetricSummary rows.
+    Steps after a key's last one are merged in; a batch that re-logs a step (a resumed attempt, a replay)
+    recounts that key from its stored points instead, since the value it overwrote may be its min or max."""
+    if not rows:
+        return
+    by_key: dict[str, list[tuple]] = defaultdict(list)
+    for row in rows:
+        by_key[row[1]].append(row)
+    stored = {s.key: s for s in MetricSummary.objects.filter(run_id=run_id, key__in=list(by_key))}
+    merged, stale = [], []
+    for key, points in by_key.items():
+        old = stored.get(key)
+        if old is not None and min(p[2] for p in points) <= old.last_step:
+            stale.append(key)
+            continue
+        newest = max(points, key=lambda p: p[2])
+        finite = [p[3] for p in points if p[3] is not None]
+        summary = old or MetricSummary(run_id=run_id, key=key, points=0, first_time=newest[4])
+        summary.points += len(points)
+        summary.last_step, summary.last_value = newest[2], newest[3]
+        summary.min_value = min([v for v in (summary.min_value, *finite) if v is not None], default=None)
+        summary.max_value = max([v for v in (summary.max_value, *finite) if v is not None], default=None)
+        summary.first_time = min([summary.first_time, *(p[4] for p in points)])
+        merged.append(summary)
+    MetricSummary.objects.bulk_create(
+        merged + recounted_summaries(run_id, stale), update_conflicts=True, unique_fields=["run", "key"],
+        update_fields=SUMMARY_FIELDS,
+    )
+
+
+def recounted_summaries(run_id: int, keys: list[str] | None = None) -> list[MetricSummary]:
+    """The MetricSummary rows of `keys` (default: every key) counted from the run's stored points."""
+    points = MetricPoint.objects.filter(run_id=run_id)
+    if keys is not None:
+        if not keys:
+            return []
+        points = points.filter(key__in=keys)
+    last = MetricPoint.objects.filter(run_id=run_id, key=OuterRef("key")).order_by("-step").values("value")[:1]
+    grouped = points.values("key").order_by().annotate(
+        points_n=Count("id"), last_step=Max("step"), min_value=Min("value"), max_value=Max("value"),
+        first_time=Min("time"), last_value=Subquery(last),
+    )
+    return [MetricSummary(run_id=run_id, key=g["key"], points=g["points_n"], last_step=g["last_step"],
+                          last_value=g["last_value"], min_value=g["min_value"], max_value=g["max_value"],
+                          first_time=g["first_time"]) for g in grouped]
+
+
+def recount_summaries(run_id: int) -> None:
+    """Rebuild every MetricSummary of a run from its points (points written by something other than ingest)."""
+    MetricSummary.objects.bulk_create(recounted_summaries(run_id), update_conflicts=True, unique_fields=["run", "key"],
+                                      update_fields=SUMMARY_FIELDS)
+
+
+def status_changes(run: Run, event: dict[str, Any], latest_attempt: int) -> dict[str, Any] | None:
+    """What a trainer `status` event changes on `run` (None: nothing). Ingest can lag the trainer, so:
+
+    - an event of an attempt older than the run's latest (or than the one whose progress is shown)
+      changes nothing: attempt 1's late report must not move a run that attempt 2 is training;
+    - within one attempt the step never goes back; a new attempt (resumed at its checkpoint) sets it;
+    - the status moves only as statuses.trainer_may_set allows (forward, to `starting` or `running`;
+      never over a cancel; every end is the supervisor's verdict); a cancelling or finished run keeps
+      its message and shows no ETA.
     """
-    latest_attempt = run.attempts.aggregate(latest=Max("number"))["latest"] or 0
-    if attempt < latest_attempt or run.status == RunStatus.CANCELLED:
-        return False
-    return not (run.status in statuses.TERMINAL and status == statuses.RUNNING)
+    data = event["data"]
+    attempt = int(event["attempt"])
+    if attempt < max(latest_attempt, run.progress_attempt):
+        return None
+    step = max(0, int(data.get("step", event["step"])))
+    if attempt == run.progress_attempt:
+        step = max(step, run.current_step)
+    changes: dict[str, Any] = {"current_step": step, "progress_attempt": attempt}
+    if data.get("total_steps") is not None:
+        changes["total_steps"] = int(data["total_steps"])
+    if run.status in statuses.TERMINAL or run.status == statuses.CANCELLING:
+        changes["eta_seconds"] = None
+        return changes
+    state = str(data.get("state", ""))
+    reported = statuses.FROM_TRAINER_STATE.get(state)
+    message = str(data.get("message") or "")
+    if reported in (statuses.FAILED, statuses.CANCELLED):
+        message = f"attempt {attempt} {state}: {message or 'no reason given'}"
+    changes["message"] = message
+    changes["eta_seconds"] = finite_or_none(data.get("eta_s"))
+    if reported is not None and statuses.trainer_may_set(run.status, reported):
+        changes["status"] = reported
+        if run.started_at is None:
+            changes["started_at"] = timezone.now()
+    return changes
 
 
 def apply_status(run_id: int, event: dict[str, Any]) -> None:
-    """Advance the Run's progress (and status) from the newest `status` event."""
-    data = event["data"]
-    changes: dict[str, Any] = {"current_step": max(0, int(data.get("step", event["step"])))}
-    if data.get("total_steps") is not None:
-        changes["total_steps"] = int(data["total_steps"])
-    if "eta_s" in data:
-        changes["eta_seconds"] = finite_or_none(data["eta_s"])
-    if data.get("message"):
-        changes["message"] = str(data["message"])
-    status = statuses.FROM_TRAINER_STATE.get(str(data.get("state", "")))
-    run = Run.objects.only("status", "started_at", "finished_at").get(pk=run_id)
-    if status is not None and not status_event_may_set(run, status, int(event["attempt"])):
-        status = None
-    if status is not None:
-        changes["status"] = status
-        now = timezone.now()
-        if status == RunStatus.RUNNING:
-            changes["finished_at"] = None
-            if run.started_at is None:
-                changes["started_at"] = now
-        else:
-            changes["finished_at"] = now
-    Run.objects.filter(pk=run_id).update(**changes)
+    """Advance the Run's progress (and status) from one `status` event: a compare-and-set on the status
+    it read, tried again when the supervisor or a cancel changed the run in between."""
+    for _ in range(3):
+        run = Run.objects.only("status", "started_at", "current_step", "progress_attempt").get(pk=run_id)
+        latest_attempt = run.attempts.aggregate(latest=Max("number"))["latest"] or 0
+        changes = status_changes(run, event, latest_attempt)
+        if changes is None or write_run_state(run_id, only_if=Q(status=run.status), **changes):
+            return
+    log.warning("run %s: status event seq %s not applied: the run kept changing", run_id, event["seq"])
+
+
+def mirror_retention(run_id: int) -> None:
+    """Mark the checkpoints the trainer's retention deleted: beyond the newest `max_ckpts_to_keep`
+    (-1 keeps all) by step, as trainer.checkpoint.enforce_retention does after every save."""
+    run = Run.objects.select_related("experiment").only("experiment__config", "overrides").get(pk=run_id)
+    keep = effective_config(run.experiment.config, run.overrides).get("max_ckpts_to_keep")
+    if not isinstance(keep, int) or keep <= 0:
+        return
+    live = Checkpoint.objects.filter(run_id=run_id, deleted_at__isnull=True).order_by("-step")
+    pruned = list(live.values_list("pk", flat=True)[keep:])
+    if pruned:
+        Checkpoint.objects.filter(pk__in=pruned).update(deleted_at=timezone.now())
+
+
+def publish_run_state(run_id: int) -> None:
+    """Send the run's committed live state (with its version) to the run's pages (best effort)."""
+    layer = get_channel_layer()
+    run = Run.objects.filter(pk=run_id).first()
+    if layer is None or run is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.state", "run": run_state(run)})
+    except Exception:  # a channel layer outage must not fail the write that was committed
+        log.exception("run %s: publishing its state failed", run_id)
 
 
 def live_event(event: dict[str, Any]) -> dict[str, Any]:
-    """The event as browsers receive it: rollouts without token arrays and with shortened texts."""
+    """The event as browsers receive it: rollouts without token arrays or turns and with shortened texts;
+    log lines keep their colour codes (the page renders them) and lose every other terminal escape."""
     slim = {k: event[k] for k in ("type", "seq", "step", "time", "attempt")}
     data = event["data"]
     if event["type"] == "rollouts":
         data = {
             "samples": [
                 {
-                    **{k: v for k, v in s.items() if k not in ("tokens", "token_logprobs", "token_advantages")},
+                    **{k: v for k, v in s.items() if k not in HEAVY_SAMPLE_KEYS},
                     "prompt": str(s.get("prompt", ""))[:LIVE_TEXT_LIMIT],
                     "response": str(s.get("response", ""))[:LIVE_TEXT_LIMIT],
+                    "stop_reason_text": stop_reason_words(str(s.get("stop_reason") or "")),
                 }
                 for s in (data.get("samples") or [])[:LIVE_SAMPLES]
             ]
         }
     elif event["type"] in ("metrics", "system"):
         data = {"values": {k: finite_or_none(v) for k, v in (data.get("values") or {}).items()}}
-    elif event["type"] == "status":  # browsers show the run status, not the trainer's state name
-        data = {**data, "status": statuses.FROM_TRAINER_STATE.get(str(data.get("state")), data.get("state"))}
+    elif event["type"] == "log":
+        lines = data.get("lines") or []
+        data = {**data, "lines": [log_colours(str(line)) for line in (lines.splitlines() if isinstance(lines, str) else lines)]}
     slim["data"] = data
     return slim
 
@@ -393,14 +526,33 @@ def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> 
         return
     live = [live_event(e) for e in events]
     checkpoints = [e for e in live if e["type"] == "checkpoint"]
-    if checkpoints:  # the page's Resume and Fork buttons need the row ids
-        ids = dict(Checkpoint.objects.filter(run_id=run_id).values_list("step", "pk"))
+    if checkpoints:  # the page's table mirrors the stored rows: ids for Resume and Fork, pruned ones marked
+        rows = Checkpoint.objects.filter(run_id=run_id)
+        ids = dict(rows.values_list("step", "pk"))
         for e in checkpoints:
             e["data"] = {**e["data"], "id": ids.get(int(e["data"].get("step", e["step"])))}
+        checkpoints[-1]["data"]["checkpoints"] = [checkpoint_dict(c) for c in rows]
     try:
         async_to_sync(send_chunks)(layer, group_name(run_id), live, last_seq)
     except Exception:  # a channel layer outage must not lose the (committed) batch or stop ingest
         log.exception("run %s: publishing %d events failed", run_id, len(events))
+
+
+LOG_FRAME_LINES = 500
+
+
+def publish_log_lines(run_id: int, lines: list[LogLine]) -> None:
+    """Send log lines stored outside a trainer event (the Ray driver's output, stored by the supervisor) to the
+    run's pages, colour codes kept, at most LOG_FRAME_LINES per frame (best effort: the rows are committed)."""
+    layer = get_channel_layer()
+    if layer is None or not lines:
+        return
+    rows = [log_dict(line, colours=True) for line in lines]
+    try:
+        for start in range(0, len(rows), LOG_FRAME_LINES):
+            async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.logs", "lines": rows[start:start + LOG_FRAME_LINES]})
+    except Exception:  # a channel layer outage must not fail the supervisor's sync
+        log.exception("run %s: publishing %d log lines failed", run_id, len(rows))
 
 
 def chunk_events(events: list[dict[str, Any]], max_values: int = MESSAGE_VALUES) -> Iterator[list[dict[str, Any]]]:

@@ -8,6 +8,9 @@ later attempt that re-emits a step after a resume overwrites it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from django.conf import settings
 from django.db import models
 
 from policylab.experiments.models import Run
@@ -33,6 +36,24 @@ class MetricPoint(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "key", "step"], name="unique_metric_point")]
         indexes = [models.Index(fields=["run", "seq"], name="metric_run_seq")]
+
+
+class MetricSummary(models.Model):
+    """One row per (run, metric key), kept by ingest with the points: the run's key list without scanning its
+    points, and history's last / best columns. A point re-logged at or below `last_step` (a resumed attempt)
+    makes ingest recount the key from its points, so min and max never keep an overwritten value."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_summaries")
+    key = models.CharField(max_length=200)
+    points = models.PositiveIntegerField(default=0)
+    last_step = models.BigIntegerField()
+    last_value = models.FloatField(null=True)
+    min_value = models.FloatField(null=True, help_text="over finite values; null when the key has none")
+    max_value = models.FloatField(null=True)
+    first_time = models.FloatField(help_text="Unix time of the key's earliest point")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="unique_metric_summary")]
 
 
 class SystemPoint(models.Model):
@@ -66,6 +87,14 @@ class RolloutSample(models.Model):
     tokens = models.JSONField(null=True, blank=True)
     token_logprobs = models.JSONField(null=True, blank=True)
     token_advantages = models.JSONField(null=True, blank=True)
+    # agentic trajectories (docs/decisions/0015): the conversation turn by turn and which tokens are trained
+    token_mask = models.JSONField(null=True, blank=True, help_text="1 where the loss applies, aligned with tokens")
+    turns = models.JSONField(null=True, blank=True, help_text="role, text, tokens, loss, reward, penalty, action, …")
+    env_tag = models.CharField(max_length=100, blank=True, default="")
+    success = models.BooleanField(null=True, blank=True)
+    num_turns = models.PositiveIntegerField(null=True, blank=True, help_text="the policy's replies")
+    done_reason = models.CharField(max_length=32, blank=True, default="")
+    render_path = models.CharField(max_length=1000, blank=True, default="", help_text="text frames in the run dir")
     attempt = models.PositiveIntegerField(default=1)
     seq = models.BigIntegerField()
     time = models.FloatField()
@@ -75,7 +104,12 @@ class RolloutSample(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "step", "group_id", "sample_index"], name="unique_rollout_sample")
         ]
-        indexes = [models.Index(fields=["run", "seq"], name="rollout_run_seq")]
+        indexes = [
+            models.Index(fields=["run", "seq"], name="rollout_run_seq"),
+            models.Index(fields=["run", "env_tag"], name="rollout_run_env_tag"),
+            models.Index(fields=["run", "success"], name="rollout_run_success"),
+            models.Index(fields=["run", "num_turns"], name="rollout_run_num_turns"),
+        ]
 
 
 class Checkpoint(models.Model):
@@ -87,6 +121,9 @@ class Checkpoint(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     seq = models.BigIntegerField()
     created_at = models.DateTimeField()
+    deleted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When retention (max_ckpts_to_keep) pruned it, or it was found gone from disk"
+    )
 
     class Meta:
         ordering = ["step"]
@@ -94,6 +131,12 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"step {self.step} of run {self.run_id}"
+
+    @property
+    def resumable(self) -> bool:
+        """Not pruned by retention and still on disk. The trainer only ever creates `step_<k>` by renaming
+        a finished save into place, so the directory existing means the checkpoint is complete."""
+        return self.deleted_at is None and Path(self.path).is_dir()
 
 
 class LogLine(models.Model):
@@ -108,3 +151,15 @@ class LogLine(models.Model):
     class Meta:
         ordering = ["seq", "line_no"]
         constraints = [models.UniqueConstraint(fields=["run", "seq", "line_no"], name="unique_log_line")]
+
+
+class ChartPin(models.Model):
+    """A metric chart a user pinned: shown first on every run page and on compare, whoever's run it is."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chart_pins")
+    key = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="unique_chart_pin")]

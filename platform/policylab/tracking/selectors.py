@@ -5,20 +5,36 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from django.db.models import Max, Q, QuerySet, TextField
-from django.db.models.functions import Cast
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Max,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    TextField,
+)
+from django.db.models.functions import Cast, Coalesce, Now
+from django.urls import reverse
 
+from policylab.experiments import statuses
 from policylab.experiments.models import Run
 from policylab.experiments.selectors import experiments_for, runs_for
 from policylab.tracking.downsampling import downsample_indices
 from policylab.tracking.models import (
+    ChartPin,
     Checkpoint,
     IngestCursor,
     LogLine,
     MetricPoint,
+    MetricSummary,
     RolloutSample,
     SystemPoint,
 )
@@ -27,6 +43,7 @@ X_AXES = ("step", "time")
 DEFAULT_MAX_POINTS = 1000
 SNAPSHOT_MAX_POINTS = 500  # per key, on connect; the API serves more on demand
 LOG_TAIL = 200
+FRAMES_LIMIT = 2 << 20  # a trajectory's text frames are a few KB
 LATEST_ROLLOUTS = 64
 # A reconnecting client further behind than this many rows gets a fresh snapshot instead of a replay.
 REPLAY_ROW_LIMIT = 10_000
@@ -43,8 +60,13 @@ def run_cursor(run: Run) -> int:
     return -1 if value is None else value
 
 
-def run_status(run: Run) -> dict[str, Any]:
-    run.refresh_from_db(fields=["status", "current_step", "total_steps", "eta_seconds", "message"])
+LIVE_FIELDS = ("status", "current_step", "total_steps", "eta_seconds", "message", "cancel_requested", "state_version")
+
+
+def run_state(run: Run) -> dict[str, Any]:
+    """The run's live state as pages and script clients receive it: `version` grows with every write
+    (experiments.run_state), so a client keeps the highest it has seen; the flags say which actions the
+    state allows, so no client keeps its own list of statuses."""
     return {
         "id": run.pk,
         "status": run.status,
@@ -52,12 +74,32 @@ def run_status(run: Run) -> dict[str, Any]:
         "total_steps": run.total_steps,
         "eta_s": run.eta_seconds,
         "message": run.message,
+        "version": run.state_version,
+        "cancel_requested": run.cancel_requested,
+        "cancellable": run.status in statuses.CANCEL_FROM,
+        "resumable": run.status in statuses.RESUME_FROM,
+        "finished": run.status in statuses.TERMINAL,
     }
 
 
+def fresh_run_state(run: Run) -> dict[str, Any]:
+    run.refresh_from_db(fields=LIVE_FIELDS)
+    return run_state(run)
+
+
 def metric_keys(run: Run, source: str = "metrics") -> list[str]:
-    model = SystemPoint if source == "system" else MetricPoint
-    return sorted(model.objects.filter(run=run).values_list("key", flat=True).distinct())
+    """The run's metric keys (from MetricSummary: no scan of its points), or its system keys."""
+    if source == "system":
+        return sorted(SystemPoint.objects.filter(run=run).values_list("key", flat=True).distinct())
+    return list(MetricSummary.objects.filter(run=run).order_by("key").values_list("key", flat=True))
+
+
+def metric_overview(run: Run) -> list[dict[str, Any]]:
+    """Every metric key of the run with its point count and latest value: what a page needs to lay out its
+    charts before it asks for any series."""
+    rows = MetricSummary.objects.filter(run=run).order_by("key")
+    return [{"key": s.key, "points": s.points, "last_step": s.last_step, "last_value": s.last_value,
+             "first_time": s.first_time} for s in rows]
 
 
 def series(
@@ -102,7 +144,26 @@ def series(
     return out
 
 
+# What the trainer's stop and done reasons mean (trainer.rollout.base.STOP_REASONS for one response,
+# trainer.envs.base.DONE_REASONS for an agentic trajectory); anything else is shown as written.
+STOP_REASON_WORDS = {
+    "eos": "ended: the model wrote its end-of-sequence token",
+    "length": "cut off: reached the response length limit",
+    "stop": "ended at a stop string",
+    "success": "episode solved",
+    "failure": "episode failed",
+    "max_steps": "cut off: the environment's step limit",
+    "max_actions": "cut off: the action limit of the trajectory",
+    "max_length": "cut off: the trajectory's token budget",
+}
+
+
+def stop_reason_words(reason: str) -> str:
+    return STOP_REASON_WORDS.get(reason, reason or "not reported")
+
+
 def rollout_dict(sample: RolloutSample, *, tokens: bool = True) -> dict[str, Any]:
+    """A sample as the API and the pages see it; `tokens=False` leaves out the per-token arrays and turns."""
     out = {
         "id": sample.pk,
         "step": sample.step,
@@ -115,16 +176,26 @@ def rollout_dict(sample: RolloutSample, *, tokens: bool = True) -> dict[str, Any
         "prompt_length": sample.prompt_length,
         "response_length": sample.response_length,
         "stop_reason": sample.stop_reason,
+        "stop_reason_text": stop_reason_words(sample.stop_reason),
         "attempt": sample.attempt,
+        "env_tag": sample.env_tag,
+        "success": sample.success,
+        "num_turns": sample.num_turns,
+        "done_reason": sample.done_reason,
+        "frames_url": reverse("tracking:rollout_frames", args=[sample.pk]) if sample.render_path else None,
     }
     if tokens:
-        out |= {"tokens": sample.tokens, "token_logprobs": sample.token_logprobs, "token_advantages": sample.token_advantages}
+        turns = [{**t, "stop_reason_text": stop_reason_words(str(t["stop_reason"]))} if t.get("stop_reason") else t
+                 for t in sample.turns] if sample.turns is not None else None
+        out |= {"tokens": sample.tokens, "token_logprobs": sample.token_logprobs, "token_advantages": sample.token_advantages,
+                "token_mask": sample.token_mask, "turns": turns}
     return out
 
 
 def checkpoint_dict(ck: Checkpoint) -> dict[str, Any]:
     return {"id": ck.pk, "step": ck.step, "path": ck.path, "size_bytes": ck.size_bytes, "contents": ck.contents,
-            "attempt": ck.attempt, "time": ck.created_at.timestamp()}
+            "attempt": ck.attempt, "time": ck.created_at.timestamp(), "deleted": ck.deleted_at is not None,
+            "resumable": ck.resumable}
 
 
 def latest_rollouts(run: Run, max_seq: int | None = None) -> list[dict[str, Any]]:
@@ -137,24 +208,84 @@ def latest_rollouts(run: Run, max_seq: int | None = None) -> list[dict[str, Any]
     return [rollout_dict(s, tokens=False) for s in rows.filter(step=last_step)[:LATEST_ROLLOUTS]]
 
 
-def run_snapshot(run: Run, *, max_points: int = SNAPSHOT_MAX_POINTS) -> dict[str, Any]:
-    """Everything a run page draws on connect, consistent with the cursor `seq` it reports."""
+def run_snapshot(run: Run, *, max_points: int = SNAPSHOT_MAX_POINTS, lazy: bool = False) -> dict[str, Any]:
+    """Everything a run page draws on connect, consistent with the cursor `seq` it reports. `lazy`: no metric
+    series (the page asks the downsampling API for each chart as it scrolls into view), only `metrics`, the
+    key list with the latest values."""
     seq = run_cursor(run)
-    logs = LogLine.objects.filter(run=run, seq__lte=seq).order_by("-seq", "-line_no")[:LOG_TAIL]
+    # the tail in stored order: the trainer's log events and the Ray driver's output (seq < 0) interleaved
+    logs = LogLine.objects.filter(run=run, seq__lte=seq).order_by("-pk")[:LOG_TAIL]
     return {
         "type": "snapshot",
         "seq": seq,
-        "run": run_status(run),
-        "series": series(run, max_points=max_points, max_seq=seq),
+        "run": fresh_run_state(run),
+        "metrics": metric_overview(run),
+        "series": {} if lazy else series(run, max_points=max_points, max_seq=seq),
         "system": series(run, max_points=max_points, source="system", x="time", max_seq=seq),
         "rollouts": latest_rollouts(run, max_seq=seq),
         "checkpoints": [checkpoint_dict(c) for c in Checkpoint.objects.filter(run=run, seq__lte=seq)],
-        "logs": [log_dict(line) for line in reversed(logs)],
+        "logs": [log_dict(line, colours=True) for line in reversed(logs)],
     }
 
 
-def log_dict(line: LogLine) -> dict[str, Any]:
-    return {"seq": line.seq, "level": line.level, "text": line.text, "time": line.time}
+# ANSI escape sequences (colours, cursor moves) that Ray and loggers write into job output.
+ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # SGR: colours, bold, reset
+
+
+def log_text(text: str) -> str:
+    """A log line as readers get it: without terminal colour codes."""
+    return ANSI_ESCAPE.sub("", text)
+
+
+def log_colours(text: str) -> str:
+    """A log line for the run page, which renders colours: SGR colour codes kept, every other escape
+    (cursor moves, titles) removed."""
+    return ANSI_ESCAPE.sub(lambda m: m.group(0) if ANSI_COLOUR.fullmatch(m.group(0)) else "", text)
+
+
+def log_dict(line: LogLine, *, colours: bool = False) -> dict[str, Any]:
+    """A stored log line; `colours` keeps its SGR colour codes (the run page), else they are stripped."""
+    return {"id": line.pk, "seq": line.seq, "line_no": line.line_no, "attempt": line.attempt, "level": line.level,
+            "text": log_colours(line.text) if colours else log_text(line.text), "time": line.time}
+
+
+def log_lines(run: Run, *, after: int | None = None) -> QuerySet[LogLine]:
+    """The run's log in the order it was stored (trainer events and the Ray driver's output interleaved);
+    `after` is the id of the last line a tailing client has."""
+    rows = LogLine.objects.filter(run=run)
+    if after is not None:
+        rows = rows.filter(pk__gt=after)
+    return rows.order_by("pk")
+
+
+def stored_seqs(run: Run, after: int, limit: int) -> list[int]:
+    """The first `limit` event seqs above `after` that left rows (status events leave none: their effect
+    is the run's state)."""
+    found: set[int] = set()
+    for model in (MetricPoint, SystemPoint, RolloutSample, Checkpoint, LogLine):
+        rows = model.objects.filter(run=run, seq__gt=after).order_by("seq").values_list("seq", flat=True).distinct()
+        found.update(rows[:limit])
+    return sorted(found)[:limit]
+
+
+def events_page(run: Run, *, after: int, limit: int) -> dict[str, Any]:
+    """Up to `limit` stored events with seq > `after`, rebuilt from their rows (as the websocket replays
+    them), and the cursor to ask for next (`next_after`, null when nothing follows yet)."""
+    seqs = stored_seqs(run, after, limit)
+    events = rebuild_events(run, after, seqs[-1]) if seqs else []
+    return {"run": fresh_run_state(run), "seq": run_cursor(run), "events": events,
+            "next_after": seqs[-1] if seqs else None}
+
+
+def metrics_table(run: Run) -> tuple[list[str], list[list[Any]]]:
+    """Every metric point of the run, full resolution, one row per step: (["step", key, …], rows)."""
+    by_step: dict[int, dict[str, Any]] = defaultdict(dict)
+    points = MetricPoint.objects.filter(run=run).order_by("step").values_list("step", "key", "value")
+    for step, key, value in points.iterator(chunk_size=20_000):
+        by_step[step][key] = value
+    keys = sorted({key for values in by_step.values() for key in values})
+    return ["step", *keys], [[step, *(by_step[step].get(key) for key in keys)] for step in sorted(by_step)]
 
 
 def events_after(run: Run, after_seq: int) -> dict[str, Any] | None:
@@ -163,9 +294,14 @@ def events_after(run: Run, after_seq: int) -> dict[str, Any] | None:
     None when the client is too far behind (REPLAY_ROW_LIMIT): it gets a snapshot instead.
     """
     seq = run_cursor(run)
-    window = {"run": run, "seq__gt": after_seq, "seq__lte": seq}
-    if MetricPoint.objects.filter(**window).count() > REPLAY_ROW_LIMIT:
+    if MetricPoint.objects.filter(run=run, seq__gt=after_seq, seq__lte=seq).count() > REPLAY_ROW_LIMIT:
         return None
+    return {"type": "replay", "seq": seq, "run": fresh_run_state(run), "events": rebuild_events(run, after_seq, seq)}
+
+
+def rebuild_events(run: Run, after_seq: int, upto_seq: int) -> list[dict[str, Any]]:
+    """The events with after_seq < seq <= upto_seq, rebuilt from the rows they wrote, in seq order."""
+    window = {"run": run, "seq__gt": after_seq, "seq__lte": upto_seq}
     events: dict[tuple[str, int], dict[str, Any]] = {}
 
     def event(kind: str, row_seq: int, step: int, time: float, attempt: int) -> dict[str, Any]:
@@ -185,8 +321,19 @@ def events_after(run: Run, after_seq: int) -> dict[str, Any] | None:
     for line in LogLine.objects.filter(**window):
         data = event("log", line.seq, 0, line.time, line.attempt)["data"]
         data["level"] = line.level
-        data.setdefault("lines", []).append(line.text)
-    return {"type": "replay", "seq": seq, "run": run_status(run), "events": sorted(events.values(), key=lambda e: e["seq"])}
+        data.setdefault("lines", []).append(log_text(line.text))
+    return sorted(events.values(), key=lambda e: e["seq"])
+
+
+# The inspector's orders: field, and the tie-breaks that keep a GRPO group's samples together.
+ROLLOUT_SORTS = {
+    "step": ("step", "group_id", "sample_index"),
+    "reward": ("reward", "step", "group_id", "sample_index"),
+    "advantage": ("advantage", "step", "group_id", "sample_index"),
+    "length": ("response_length", "step", "group_id", "sample_index"),
+    "turns": ("num_turns", "step", "group_id", "sample_index"),
+}
+SORT_CHOICES = tuple(f"{sign}{name}" for name in ROLLOUT_SORTS for sign in ("", "-"))
 
 
 @dataclass(frozen=True)
@@ -199,6 +346,12 @@ class RolloutFilters:
     len_max: int | None = None
     stop_reason: str | None = None
     q: str | None = None
+    env_tag: str | None = None
+    success: bool | None = None
+    turns_min: int | None = None
+    turns_max: int | None = None
+    latest: bool = False  # only the newest step that has samples (step_min and step_max are then ignored)
+    sort: str = "step"
 
 
 class BadPattern(ValueError):
@@ -217,18 +370,30 @@ def rollouts_matching(run: Run, filters: RolloutFilters) -> QuerySet[RolloutSamp
     """The run's samples that pass every filter; `q` is a regex over prompt or response, run by the
     database (PostgreSQL's ~ operator; Python's re through Django's REGEXP function on SQLite)."""
     rows = RolloutSample.objects.filter(run=run)
+    step_min, step_max = filters.step_min, filters.step_max
+    if filters.latest:
+        step_min = step_max = rows.aggregate(step=Max("step"))["step"]
+        if step_min is None:
+            return rows.none()
     bounds = {
-        "step__gte": filters.step_min, "step__lte": filters.step_max,
+        "step__gte": step_min, "step__lte": step_max,
         "reward__gte": filters.reward_min, "reward__lte": filters.reward_max,
         "response_length__gte": filters.len_min, "response_length__lte": filters.len_max,
+        "num_turns__gte": filters.turns_min, "num_turns__lte": filters.turns_max,
+        "success": filters.success,
     }
     rows = rows.filter(**{k: v for k, v in bounds.items() if v is not None})
     if filters.stop_reason:
         rows = rows.filter(stop_reason=filters.stop_reason)
+    if filters.env_tag:
+        rows = rows.filter(env_tag=filters.env_tag)
     if filters.q:
         pattern = check_pattern(filters.q)
         rows = rows.filter(Q(prompt__regex=pattern) | Q(response__regex=pattern))
-    return rows.order_by("step", "group_id", "sample_index")
+    descending = filters.sort.startswith("-")
+    fields = ROLLOUT_SORTS[filters.sort.lstrip("-")]
+    first = F(fields[0]).desc(nulls_last=True) if descending else F(fields[0]).asc(nulls_last=True)
+    return rows.order_by(first, *fields[1:])
 
 
 def rollout_steps(run: Run) -> list[int]:
@@ -239,9 +404,59 @@ def stop_reasons(run: Run) -> list[str]:
     return list(RolloutSample.objects.filter(run=run).order_by("stop_reason").values_list("stop_reason", flat=True).distinct())
 
 
-def history_runs(user: Any, *, search: str = "", tag: str = "", status: str = "") -> QuerySet[Run]:
-    """The team's runs, newest first, filtered by a free-text search (experiment name, description,
-    project, tags, run message), a tag and a status."""
+def env_tags(run: Run) -> list[str]:
+    """The environment tags of the run's agentic trajectories ([] for RLVR runs)."""
+    rows = RolloutSample.objects.filter(run=run).exclude(env_tag="")
+    return list(rows.order_by("env_tag").values_list("env_tag", flat=True).distinct())
+
+
+def rollout_frames(user: Any, sample_id: int) -> str | None:
+    """The text frames of a trajectory of one of the user's runs (its `render_path`), when that file lies inside
+    the run's own directory (symlinks resolved); None otherwise: a path is never trusted because a sample names it."""
+    sample = (RolloutSample.objects.filter(pk=sample_id, run__in=runs_for(user)).exclude(render_path="")
+              .select_related("run").first())
+    if sample is None:
+        return None
+    root = sample.run.run_dir.resolve()
+    try:
+        path = Path(sample.render_path).resolve()
+        if not path.is_relative_to(root) or not path.is_file() or path.stat().st_size > FRAMES_LIMIT:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """A history column: a metric's last value and its best (`goal` max or min) over the run."""
+
+    key: str
+    goal: str = "max"
+
+    @classmethod
+    def parse(cls, text: str) -> MetricColumn:
+        """"reward/mean" (best = max), "actor/pg_loss:min" (best = min) or "…:max"."""
+        text = text.strip()
+        for goal in ("max", "min"):
+            if text.endswith(f":{goal}"):
+                return cls(text[: -len(goal) - 1], goal)
+        return cls(text)
+
+    @property
+    def spec(self) -> str:
+        return self.key if self.goal == "max" else f"{self.key}:min"
+
+
+HISTORY_SORTS = ("created", "duration", "step", "status", "experiment")
+
+
+def history_runs(user: Any, *, search: str = "", tag: str = "", status: str = "",
+                 columns: Sequence[MetricColumn] = (), sort: str = "-created") -> QuerySet[Run]:
+    """The team's runs filtered by a free-text search (experiment name, description, project, tags, run
+    message), a tag and a status; annotated with `duration` and, per metric column i, `metric_<i>_last` and
+    `metric_<i>_best`; ordered by `sort`: a HISTORY_SORTS name or `m<i>.last` / `m<i>.best`, `-` first for
+    descending (missing values last either way)."""
     runs = runs_for(user).annotate(tags_text=Cast("experiment__tags", TextField()))
     if search:
         matches = (
@@ -256,7 +471,34 @@ def history_runs(user: Any, *, search: str = "", tag: str = "", status: str = ""
         runs = runs.filter(tags_text__contains=json.dumps(tag))
     if status:
         runs = runs.filter(status=status)
-    return runs.order_by("-created_at", "-pk")
+    runs = runs.annotate(duration=ExpressionWrapper(Coalesce("finished_at", Now()) - F("started_at"),
+                                                    output_field=DurationField()))
+    for i, column in enumerate(columns):
+        summary = MetricSummary.objects.filter(run=OuterRef("pk"), key=column.key)
+        best = "max_value" if column.goal == "max" else "min_value"
+        runs = runs.annotate(**{f"metric_{i}_last": Subquery(summary.values("last_value")[:1]),
+                                f"metric_{i}_best": Subquery(summary.values(best)[:1])})
+    return runs.order_by(*history_order(sort, len(columns)))
+
+
+def history_order(sort: str, n_columns: int) -> list[Any]:
+    """The ORDER BY of a history `sort` value; anything unknown is newest first."""
+    descending = sort.startswith("-")
+    name = sort.lstrip("-")
+    fields = {"created": "created_at", "duration": "duration", "step": "current_step", "status": "status",
+              "experiment": "experiment__name"}
+    for i in range(n_columns):
+        fields |= {f"m{i}.last": f"metric_{i}_last", f"m{i}.best": f"metric_{i}_best"}
+    if name not in fields:
+        return ["-created_at", "-pk"]
+    field = F(fields[name])
+    return [field.desc(nulls_last=True) if descending else field.asc(nulls_last=True), "-pk"]
+
+
+def team_metric_keys(user: Any, limit: int = 500) -> list[str]:
+    """Metric keys the team's runs have logged (for choosing history columns and compare charts)."""
+    keys = MetricSummary.objects.filter(run__in=runs_for(user)).values_list("key", flat=True).distinct()
+    return sorted(keys.order_by("key")[:limit])
 
 
 def team_tags(user: Any) -> list[str]:
@@ -264,3 +506,8 @@ def team_tags(user: Any) -> list[str]:
     for values in experiments_for(user).values_list("tags", flat=True):
         tags.update(str(t) for t in values or ())
     return sorted(tags)
+
+
+def pinned_keys(user: Any) -> list[str]:
+    """The metric charts `user` pinned, oldest first."""
+    return list(ChartPin.objects.filter(user=user).values_list("key", flat=True))

@@ -1,6 +1,6 @@
 """The Redis Streams side of ingest: discover run streams, read them with a consumer group, ack.
 
-Streams are discovered by SCAN on `policylab:run:*:events` (docs/decisions/0004-tracking-ingest.md):
+Streams are discovered by SCAN on `policylab:run:*:events` (docs/decisions/0005-live-tracking.md):
 the consumer then needs nothing from the supervisor, and a stream that reappears after a Redis
 restart is found again. Each stream gets the consumer group GROUP, created at id 0 so that entries
 written before the group existed are read too. Entries are acked only after their rows are committed

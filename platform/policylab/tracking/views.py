@@ -6,16 +6,20 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from policylab.accounts.scoping import can_write
+from policylab.experiments import statuses
 from policylab.experiments.models import RunStatus
 from policylab.experiments.selectors import runs_for
 from policylab.ids import parse_id
 from policylab.tracking import selectors
 from policylab.tracking.compare import config_diff, effective_config
+from policylab.tracking.panels import ASYNC_CHARTS, ASYNC_PREFIX
 
 MAX_COMPARED = 8
+MAX_METRIC_COLUMNS = 6
 
 
 def scoped_run_or_404(request: HttpRequest, run_id: int):
@@ -31,8 +35,24 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(
         request,
         "tracking/run_detail.html",
-        {"run": run, "experiment": run.experiment, "can_write": can_write(request.user, run.experiment.project.team)},
+        {
+            "run": run,
+            "experiment": run.experiment,
+            "can_write": can_write(request.user, run.experiment.project.team),
+            "chart_config": {"pinned": selectors.pinned_keys(request.user), "async_prefix": ASYNC_PREFIX,
+                             "async_charts": ASYNC_CHARTS},
+            "phases": [*statuses.PROGRESS, "finished"],
+        },
     )
+
+
+@login_required
+def full_log(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The run's whole log as plain text (what a failed run's one-line summary links to)."""
+    run = scoped_run_or_404(request, run_id)
+    texts = selectors.log_lines(run).values_list("text", flat=True).iterator(chunk_size=5000)
+    return HttpResponse("".join(f"{selectors.log_text(text)}\n" for text in texts),
+                        content_type="text/plain; charset=utf-8")
 
 
 @login_required
@@ -41,37 +61,77 @@ def rollouts(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(
         request,
         "tracking/rollouts.html",
-        {"run": run, "experiment": run.experiment, "steps": selectors.rollout_steps(run), "stop_reasons": selectors.stop_reasons(run)},
+        {"run": run, "experiment": run.experiment, "stop_reasons": selectors.stop_reasons(run),
+         "stop_reason_words": {r: selectors.stop_reason_words(r) for r in selectors.stop_reasons(run)},
+         "env_tags": selectors.env_tags(run), "sorts": selectors.SORT_CHOICES},
     )
 
 
 @login_required
+def rollout_frames(request: HttpRequest, sample_id: int) -> HttpResponse:
+    """A trajectory's text frames, read from its run's own directory (never a path from elsewhere)."""
+    text = selectors.rollout_frames(request.user, sample_id)
+    if text is None:
+        raise Http404(f"no frames for rollout sample {sample_id} in your teams")
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+@login_required
 def history(request: HttpRequest) -> HttpResponse:
+    """The team's runs; every filter, the metric columns and the order are in the URL (shareable)."""
     search = request.GET.get("q", "").strip()
     tag = request.GET.get("tag", "").strip()
     status = request.GET.get("status", "").strip()
-    runs = selectors.history_runs(request.user, search=search, tag=tag, status=status)
+    sort = request.GET.get("sort", "-created").strip()
+    columns = [selectors.MetricColumn.parse(text) for text in request.GET.get("metrics", "").split(",")]
+    columns = [c for c in columns if c.key][:MAX_METRIC_COLUMNS]
+    runs = selectors.history_runs(request.user, search=search, tag=tag, status=status, columns=columns, sort=sort)
     page = Paginator(runs, 50).get_page(request.GET.get("page"))
+    rows = [(run, [(getattr(run, f"metric_{i}_last"), getattr(run, f"metric_{i}_best")) for i in range(len(columns))])
+            for run in page]
     return render(
         request,
         "tracking/history.html",
         {
             "page": page,
+            "rows": rows,
             "q": search,
             "tag": tag,
             "status": status,
+            "sort": sort,
+            "columns": [{"key": c.key, "goal": c.goal, "last_sort": f"m{i}.last", "best_sort": f"m{i}.best"}
+                        for i, c in enumerate(columns)],
+            "colspan": 9 + 2 * len(columns),
+            "metrics": ",".join(c.spec for c in columns),
             "statuses": RunStatus.choices,
             "tags": selectors.team_tags(request.user),
+            "metric_keys": selectors.team_metric_keys(request.user),
         },
     )
 
 
+def compare_ids(text: str) -> list[int]:
+    """Run ids of a `runs=1,2,3` parameter, in order, without repeats, at most MAX_COMPARED."""
+    ids: list[int] = []
+    for value in text.split(","):
+        run_id = parse_id(value.strip())
+        if run_id is not None and run_id not in ids:
+            ids.append(run_id)
+    return ids[:MAX_COMPARED]
+
+
 @login_required
 def compare(request: HttpRequest) -> HttpResponse:
-    ids = [i for i in map(parse_id, request.GET.get("runs", "").split(",")) if i is not None][:MAX_COMPARED]
+    """Runs overlaid: `?runs=1,2`; `?add=3` and `?remove=1` answer with a redirect to the new list."""
+    ids = compare_ids(request.GET.get("runs", ""))
+    if "add" in request.GET or "remove" in request.GET:
+        removed = parse_id(request.GET.get("remove", ""))
+        ids = compare_ids(",".join(map(str, [i for i in ids if i != removed] + [request.GET.get("add", "")])))
+        return redirect(f"{reverse('tracking:compare')}?runs={','.join(map(str, ids))}")
     runs = list(runs_for(request.user).filter(pk__in=ids).select_related("experiment"))
     runs.sort(key=lambda r: ids.index(r.pk))
     configs = [effective_config(r.experiment.config, r.overrides) for r in runs]
+    candidates = selectors.history_runs(request.user).exclude(pk__in=ids)[:50]
     return render(
         request,
         "tracking/compare.html",
@@ -80,5 +140,9 @@ def compare(request: HttpRequest) -> HttpResponse:
             "run_ids": [r.pk for r in runs],
             "missing": sorted(set(ids) - {r.pk for r in runs}),
             "diff": config_diff(configs) if len(configs) > 1 else [],
+            "candidates": candidates,
+            "full": len(ids) >= MAX_COMPARED,
+            "chart_config": {"pinned": selectors.pinned_keys(request.user), "async_prefix": ASYNC_PREFIX,
+                             "async_charts": ASYNC_CHARTS},
         },
     )

@@ -25,7 +25,9 @@ def test_resume_fork_and_cancel_through_the_api(api_alice, alice, team_a, make_e
     run.save()
     no_checkpoint = api_alice.post(f"/api/runs/{run.pk}/resume/", {"checkpoint": "latest"}, format="json")
     assert no_checkpoint.status_code == 400 and no_checkpoint.json()["errors"][0]["field"] == "checkpoint"
-    checkpoint = Checkpoint.objects.create(run=run, step=4, path="/r/step_4", seq=1, created_at=timezone.now())
+    (run.run_dir / "checkpoints" / "step_4").mkdir(parents=True)
+    checkpoint = Checkpoint.objects.create(run=run, step=4, path=str(run.run_dir / "checkpoints" / "step_4"), seq=1,
+                                           created_at=timezone.now())
     resumed = api_alice.post(f"/api/runs/{run.pk}/resume/", {"checkpoint": checkpoint.pk}, format="json")
     assert resumed.status_code == 201 and resumed.json()["id"] == run.pk and resumed.json()["status"] == "queued"
     run.status = RunStatus.FAILED

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from io import StringIO
+from pathlib import Path
 
 import pytest
 import yaml
@@ -118,6 +119,29 @@ def test_yaml_tab_imports_a_foreign_format_and_fills_the_form(browser, project, 
     experiment = Experiment.objects.get(name="from verl")
     assert experiment.source_format == "verl" and experiment.config["rollout_batch_size"] == 8
     assert yaml.safe_load(experiment.source_text) == VERL  # the file as submitted is kept next to the native snapshot
+
+
+CORPUS = Path(__file__).resolve().parents[2] / "trainer" / "importers" / "corpus"
+
+
+def test_pasted_verl_and_roll_files_import_without_their_sibling_configs(browser):
+    """Issue 21: a verl v0.4 file relying on `defaults: [ppo_trainer, _self_]` and a ROLL main agentic file
+    relying on ../config/traj_envs are pasted alone; the frameworks' own configs are built in."""
+    verl = browser.post("/editor/check/", {"editor_mode": "yaml", "render_form": "1",
+                                           "config_yaml": (CORPUS / "verl_v0.4_gsm8k_grpo.yaml").read_text()}).json()
+    assert verl["source_format"] == "verl" and verl["ok"], verl["errors"]
+    fields = {w["field"] for w in verl["warnings"]}
+    assert "actor_rollout_ref.rollout.multi_turn.max_assistant_turns" in fields  # known, no effect: shown
+    # mini 16 prompts × n 4 = 64 samples = micro 4 × 2 GPUs × 8 accumulation steps
+    assert 'value="8"' in input_tag(verl["form_html"], "actor_train.training_args.gradient_accumulation_steps")
+
+    roll = browser.post("/editor/check/", {"editor_mode": "yaml", "render_form": "1",
+                                           "config_yaml": (CORPUS / "roll_main_agentic.yaml").read_text()}).json()
+    assert roll["source_format"] == "roll" and roll["ok"], roll["errors"]
+    assert "custom_envs.SimpleSokoban.agent_template" in {w["field"] for w in roll["warnings"]}
+    native = yaml.safe_load(roll["yaml"])
+    assert native["train_env_manager"]["env_groups"] == 8
+    assert native["custom_envs"]["SimpleSokoban"]["max_steps"] == 5  # the file's helper variable
 
 
 def test_experiment_page_launches_a_run(browser, alice, team_a, make_experiment, django_capture_on_commit_callbacks):

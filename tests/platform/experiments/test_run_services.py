@@ -17,8 +17,9 @@ def finished_run(alice, team_a, make_experiment) -> Run:
     experiment = make_experiment(alice, team_a)
     run = Run.objects.create(experiment=experiment, created_by=alice, status=RunStatus.FAILED, overrides=["max_steps=30"])
     for seq, step in enumerate((10, 20), start=1):
-        Checkpoint.objects.create(run=run, step=step, path=f"{run.run_dir}/checkpoints/step_{step}", seq=seq,
-                                  created_at=timezone.now())
+        path = run.run_dir / "checkpoints" / f"step_{step}"
+        path.mkdir(parents=True)  # resume and fork take only checkpoints that are on disk
+        Checkpoint.objects.create(run=run, step=step, path=str(path), seq=seq, created_at=timezone.now())
     return run
 
 
@@ -45,7 +46,7 @@ def test_resume_from_latest_continues_the_same_run(alice, finished_run, django_c
     assert resumed.pk == finished_run.pk
     resumed.refresh_from_db()
     assert resumed.status == RunStatus.QUEUED and resumed.resume_from.endswith("step_20")
-    assert len(callbacks) == 1 and Run.objects.count() == 1
+    assert len(callbacks) == 2 and Run.objects.count() == 1  # the pages are told; jobs takes the run
 
 
 def test_resume_from_an_earlier_checkpoint_is_a_child_run(alice, finished_run):
@@ -89,17 +90,28 @@ def test_fork_makes_a_new_validated_experiment_and_a_linked_run(alice, finished_
 
 
 def test_cancel_flags_the_run_and_refuses_finished_ones(alice, finished_run, django_capture_on_commit_callbacks):
-    with pytest.raises(services.RunStateError):
+    with pytest.raises(services.RunStateError, match="already failed; there is nothing to cancel"):
         services.cancel_run(finished_run, alice)
     finished_run.status = RunStatus.RUNNING
     finished_run.save()
     with django_capture_on_commit_callbacks() as callbacks:
-        services.cancel_run(finished_run, alice)
+        outcome = services.cancel_run(finished_run, alice)
     finished_run.refresh_from_db()
-    assert finished_run.cancel_requested and len(callbacks) == 1
+    assert outcome.requested and finished_run.cancel_requested and finished_run.status == RunStatus.CANCELLING
+    assert len(callbacks) == 2  # the pages are told; the Ray job is stopped
 
 
 def test_overrides_as_a_mapping_become_a_dotlist():
     assert services.overrides_from_mapping({"a.b": 1, "c": {"d": "x", "e": [1, 2]}, "f": None}) == [
         "a.b=1", "c.d=x", "c.e=[1, 2]", "f=null",
     ]
+
+
+def test_launch_takes_the_override_forms_the_trainer_takes(alice, team_a, make_experiment, django_capture_on_commit_callbacks):
+    """`~key` deletes a key, as on the trainer's command line (the API used to refuse it)."""
+    experiment = make_experiment(alice, team_a)
+    with django_capture_on_commit_callbacks():
+        run = services.launch_run(experiment, alice, ["~tracker_kwargs", "+tracker_kwargs.project=x", "max_steps=3"])
+    assert run.overrides == ["~tracker_kwargs", "+tracker_kwargs.project=x", "max_steps=3"]
+    with pytest.raises(services.ValidationFailed, match="~key"):
+        services.launch_run(experiment, alice, ["max_steps"])

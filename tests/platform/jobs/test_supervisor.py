@@ -73,7 +73,7 @@ def test_a_resumed_run_opens_the_next_attempt_with_a_fresh_retry_budget(experime
 
     settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
     run = Run.objects.create(experiment=experiment, status="queued", resume_from="/runs/run-1/checkpoints/step_5")
-    old = RunAttempt.objects.create(run=run, number=2, status="failed", ray_job_id="policylab-run1-a2")
+    old = RunAttempt.objects.create(run=run, number=2, status="failed", ray_job_id="policylab-0a1b2c3d-run1-a2")
     AttemptLaunch.objects.create(attempt=old, retry=2)
     with pytest.raises(RayUnavailable):  # written and ready to submit; Ray is not there
         tick(run.pk, RaySession(NOWHERE))

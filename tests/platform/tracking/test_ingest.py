@@ -203,7 +203,7 @@ def test_late_status_events_never_undo_what_the_supervisor_decided(make_run) -> 
     assert retried.status == RunStatus.RUNNING
     ingest_events([status_event(retried.pk, 2, "succeeded", attempt=2)], run_id=retried.pk, publish=False)
     retried.refresh_from_db()
-    assert retried.status == RunStatus.SUCCEEDED
+    assert (retried.status, retried.current_step) == (RunStatus.RUNNING, 2)  # the end is the supervisor's verdict
 
 
 def test_a_stream_deleted_while_ingest_waits_on_it_is_rediscovered(make_run, redis_client, ingestor) -> None:
@@ -244,3 +244,17 @@ def test_the_ingest_loop_outlives_a_database_error(ingestor, monkeypatch) -> Non
     monkeypatch.setattr("policylab.tracking.streams.time.sleep", lambda seconds: None)
     ingestor.run(should_stop=lambda: len(calls) >= 2, claim_every_s=1e9)
     assert len(calls) == 2
+
+
+def test_a_nul_in_a_sample_or_a_log_line_is_stored_not_fatal(make_run) -> None:
+    """A random tiny model's byte-level output can decode to NUL, which PostgreSQL's text and jsonb
+    refuse: the whole batch used to fail, again at every retry, and the run's ingest stopped there."""
+    run = make_run()
+    sample = {"prompt": "copy abc\n", "response": "a\x00c", "reward": 0.5, "advantage": 0.1, "prompt_length": 9,
+              "response_length": 3, "stop_reason": "length", "group_id": 0, "sample_index": 0, "tokens": ["a", "\x00", "c"]}
+    ingest_events([event("rollouts", run.pk, 1, 1, {"samples": [sample]}),
+                   event("log", run.pk, 2, 1, {"level": "info", "lines": ["got \x00"]})], run_id=run.pk, publish=False)
+    stored = RolloutSample.objects.get(run=run)
+    assert (stored.response, stored.tokens) == ("a\ufffdc", ["a", "\ufffd", "c"])
+    assert LogLine.objects.get(run=run).text == "got \ufffd"
+

@@ -39,18 +39,21 @@ def test_no_point_is_lost_when_redis_restarts_mid_run(make_run, runs_dir, tmp_pa
             emitter.status("running", 0, total_steps=15)
             for step in range(1, 6):
                 emitter.metrics({"reward/mean": step / 10, "actor/kl": 0.01}, step)
-            progress["first_half_stored"].wait(20)
+            if not progress["first_half_stored"].wait(20):
+                raise AssertionError("ingest never stored the first five steps")
             sink.max_pending = 3  # a small buffer: part of the outage will be dropped from the stream
             servers[0].terminate()
             servers[0].wait(timeout=10)
             for step in range(6, 11):  # Redis is down: buffered (3) or dropped (2), always in events.jsonl
                 emitter.metrics({"reward/mean": step / 10, "actor/kl": 0.01}, step)
             servers.append(start_redis_server(port, tmp_path / "redis"))  # fresh and empty, same port
-            sink.flush(timeout=15)  # the sink reconnects and replays what it buffered
+            if not sink.flush(timeout=15):  # the sink reconnects and replays what it buffered
+                raise AssertionError("the sink did not drain its buffer into the new Redis")
             sink.max_pending = 100_000
             for step in range(11, 16):
                 emitter.metrics({"reward/mean": step / 10, "actor/kl": 0.01}, step)
-            sink.flush(timeout=15)
+            if not sink.flush(timeout=15):
+                raise AssertionError("the last five steps never reached Redis")
         except Exception as exc:  # surfaced by the assertions below
             progress["error"] = exc
         finally:
@@ -72,7 +75,8 @@ def test_no_point_is_lost_when_redis_restarts_mid_run(make_run, runs_dir, tmp_pa
     try:
         ingestor.run(should_stop=should_stop, claim_every_s=1.0)  # the consumer loop, in this thread
         trainer.join(timeout=20)
-        assert progress["error"] is None
+        assert not trainer.is_alive(), "the trainer side is stuck"
+        assert progress["error"] is None, progress["error"]
         assert stored_steps() == list(range(1, 16)), stored_steps()  # nothing is missing ...
         assert sink.dropped == 2  # ... though part of the outage never reached the new stream
         values = dict(MetricPoint.objects.filter(run=run, key="reward/mean").values_list("step", "value"))

@@ -67,7 +67,7 @@ def test_more_devices_than_the_cluster_fails_fast(ray_session) -> None:
     gpu_pool = plan_resource_pools(gpu_cfg, use_gpu=True)["actor_train"]
     with pytest.raises(ClusterResourceError, match=rf"{gpus + 2} GPU needed but the cluster has {gpus}"):
         gpu_pool.acquire()
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # refused up front, not after waiting for a placement group
     assert cpu_pool.placement_group is None and gpu_pool.placement_group is None
 
 
@@ -85,7 +85,7 @@ def test_busy_cluster_times_out_with_a_clear_error(ray_session) -> None:
         started = time.monotonic()
         with pytest.raises(ClusterResourceError, match=r"'reference'.*not ready after 1 s"):
             pools["reference"].acquire(timeout_s=1)
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 30  # the 1 s timeout, not an endless wait
         assert live_placement_groups() == live_before  # the waiting group was withdrawn, not left pending
     finally:
         holder.release()

@@ -70,7 +70,7 @@ def test_failure_on_one_rank_surfaces_with_role_and_rank_without_hanging(ray_ses
         with pytest.raises(WorkerGroupError, match=r"role 'critic' rank 1: fail_on failed: ValueError: deliberate") as info:
             group.call_all("fail_on", 1)
         assert (info.value.role, info.value.rank, info.value.method) == ("critic", 1, "fail_on")
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 60  # not the backend timeout (30 min): the error is reported at once
     finally:
         group.shutdown()
 

@@ -6,7 +6,7 @@ import copy
 import functools
 from typing import Any
 
-from trainer.config import config_json_schema
+from trainer.config import PipelineConfig, config_json_schema, validate_config
 
 DELETE = object()
 
@@ -31,7 +31,7 @@ BASE: dict[str, Any] = {
     },
     "actor_infer": {
         "generating_args": {"max_new_tokens": 64, "temperature": 1.0},
-        "strategy_args": {"strategy_name": "vllm", "strategy_config": {"max_model_len": 256}},
+        "strategy_args": {"strategy_name": "hf_infer"},
         "device_mapping": [0],
     },
     "reference": {"strategy_args": {"strategy_name": "hf_infer"}, "device_mapping": [0]},
@@ -53,7 +53,7 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     if value is DELETE:
         node.pop(parts[-1], None)
     else:
-        node[parts[-1]] = value
+        node[parts[-1]] = copy.deepcopy(value)  # a shared dict of a test table must not be edited
 
 
 def changed(changes: dict[str, Any]) -> dict[str, Any]:
@@ -108,3 +108,11 @@ def schema_property(dotted: str) -> dict[str, Any]:
             raise KeyError(f"{dotted}: no schema property {part!r}")
         nodes = found
     return nodes[0]
+
+
+def coherent_config(source: Any, overrides: tuple[str, ...] = ()) -> PipelineConfig:
+    """The PipelineConfig `source` describes, asserting no rule error (a backend this build lacks is
+    allowed: ValidationResult.rule_errors)."""
+    result = validate_config(source, list(overrides))
+    assert result.config is not None and result.rule_errors == [], [str(i) for i in result.errors]
+    return result.config

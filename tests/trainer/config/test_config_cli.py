@@ -13,8 +13,9 @@ import yaml
 from config_testing import changed
 
 from trainer.cli import run_schema, run_validate
-from trainer.config import PipelineConfig, load_config
+from trainer.config import PipelineConfig, validate_config
 from trainer.config.export import config_markdown
+from trainer.config.validation import NOT_BUILT
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -26,11 +27,19 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def only_missing_backends(code: int, err: str) -> bool:
+    """Exit 0, or exit 2 where every error says a backend is not built in this version."""
+    errors = [line for line in err.splitlines() if ": " in line and "warning:" not in line
+              and not line.startswith(("derived values", "  ", "notice:")) and "invalid config" not in line]
+    return code == 0 or (code == 2 and all(NOT_BUILT in line for line in errors))
+
+
 def test_validate_example_subprocess() -> None:
     proc = _cli("validate", "examples/grpo_gpu.yaml")
-    assert proc.returncode == 0, proc.stderr
-    assert "actor_train.dp_size" in proc.stdout
-    assert "rollout_samples_per_step                 1024" in proc.stdout
+    assert only_missing_backends(proc.returncode, proc.stderr), proc.stderr
+    output = proc.stdout + proc.stderr  # the arithmetic is printed either way
+    assert "actor_train.dp_size" in output
+    assert "rollout_samples_per_step                 1024" in output
 
 
 def test_validate_invalid_subprocess_exit_2_without_traceback(tmp_path: Path) -> None:
@@ -64,13 +73,15 @@ def test_cli_bad_input_exit_2(args: list[str]) -> None:
 def test_validate_show_prints_resolved_yaml(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     code = run_validate(str(REPO / "examples/roll_rlvr_megatron.yaml"), ["seed=3"], show=True, out=out, err=err)
-    assert code == 0
+    assert only_missing_backends(code, err.getvalue()), err.getvalue()
     shown = yaml.safe_load(out.getvalue())
     assert shown["seed"] == 3
     assert shown["actor_train"]["device_mapping"] == list(range(16))
     assert shown["actor_infer"]["generating_args"]["max_new_tokens"] == 4096
     assert "derived values" in err.getvalue()
-    assert load_config(out.getvalue()) == load_config(REPO / "examples/roll_rlvr_megatron.yaml", ["seed=3"])
+    shown_again = validate_config(out.getvalue()).config
+    assert shown_again is not None
+    assert shown_again == validate_config(REPO / "examples/roll_rlvr_megatron.yaml", ["seed=3"]).config
 
 
 def test_schema_command_prints_json_schema() -> None:
@@ -94,9 +105,12 @@ def test_docs_config_md_is_generated_from_schema() -> None:
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_examples_validate_without_errors(path: Path) -> None:
+def test_examples_validate_or_name_only_missing_backends(path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
-    assert run_validate(str(path), [], out=out, err=err) == 0, err.getvalue()
+    code = run_validate(str(path), [], out=out, err=err)
+    assert only_missing_backends(code, err.getvalue()), err.getvalue()
+    if path.name.startswith("demo_"):  # the demos run on what every machine has
+        assert code == 0, err.getvalue()
 
 
 def test_overrides_may_follow_options() -> None:
@@ -105,8 +119,10 @@ def test_overrides_may_follow_options() -> None:
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "stdout", out)
-        mp.setattr(sys, "stderr", io.StringIO())
-        assert main(["validate", "examples/grpo_gpu.yaml", "--show", "seed=7", "~eval_steps"]) == 0
+        err = io.StringIO()
+        mp.setattr(sys, "stderr", err)
+        code = main(["validate", "examples/grpo_gpu.yaml", "--show", "seed=7", "~eval_steps"])
+        assert only_missing_backends(code, err.getvalue()), err.getvalue()
     resolved = yaml.safe_load(out.getvalue())
     assert resolved["seed"] == 7
     assert resolved["eval_steps"] == PipelineConfig.model_fields["eval_steps"].default

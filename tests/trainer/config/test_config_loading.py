@@ -104,7 +104,7 @@ def test_defaults_files_are_merged(tmp_path: Path) -> None:
     path = tmp_path / "exp" / "run.yaml"
     path.write_text(yaml.safe_dump(data))
     result = validate_config(path)
-    assert result.ok, result.issues
+    assert result.rule_errors == [], result.issues
     config = result.config
     assert config.seed == 5  # from the defaults file
     assert config.max_steps == 9  # the file itself wins over its defaults
@@ -114,7 +114,7 @@ def test_defaults_files_are_merged(tmp_path: Path) -> None:
 
 def test_missing_defaults_entry_is_a_warning(tmp_path: Path) -> None:
     data = changed({})
-    data["defaults"] = ["../config/envs@_here_"]
+    data["defaults"] = ["../config/my_local_envs@_here_"]  # neither next to the file nor built in
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(data))
     result = validate_config(path)

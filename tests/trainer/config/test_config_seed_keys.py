@@ -6,16 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from config_testing import DELETE, changed, get_attr_path, schema_property
+from config_testing import DELETE, changed, coherent_config, get_attr_path, schema_property
 
-from trainer.config import config_to_yaml, load_config
+from trainer.config import config_to_yaml
 
 MEGATRON = "actor_train.strategy_args.strategy_config"
 VLLM = "actor_infer.strategy_args.strategy_config"
+VLLM_ON = {"actor_infer.strategy_args": {"strategy_name": "vllm", "strategy_config": {"max_model_len": 256}}}
 SGLANG = {"actor_infer.strategy_args": {"strategy_name": "sglang", "strategy_config": {"context_length": 256}}}
 
 # documented key -> extra changes needed so that the key can take a non-default value
 _MEGATRON_BASE = {"actor_train.strategy_args.strategy_name": "megatron_train", "actor_train.device_mapping": [0, 1]}
+# an agentic run needs an environment to play
+_SOKOBAN = {"train_env_manager.tags": ["SimpleSokoban"], "custom_envs": {"SimpleSokoban": {"env_type": "sokoban"}}}
 
 DOCUMENTED: dict[str, tuple[Any, dict[str, Any]]] = {
     # pipeline (seed 002 "Pipeline配置" and 000 "Pipeline Config")
@@ -87,14 +90,14 @@ DOCUMENTED: dict[str, tuple[Any, dict[str, Any]]] = {
     "reward_normalization.method": ("mean_std", {}),
     "train_env_manager.env_groups": (4, {"train_env_manager.tags": ["SimpleSokoban"],
                                          "custom_envs": {"SimpleSokoban": {"env_type": "sokoban"}}}),
-    "train_env_manager.group_size": (8, {}),
+    "train_env_manager.group_size": (8, _SOKOBAN),
     "train_env_manager.tags": (["SimpleSokoban"], {"custom_envs": {"SimpleSokoban": {"env_type": "sokoban"}}}),
     "train_env_manager.n_groups": ([2], {"train_env_manager.tags": ["SimpleSokoban"], "train_env_manager.env_groups": 2,
                                         "custom_envs": {"SimpleSokoban": {"env_type": "sokoban"}}}),
-    "train_env_manager.max_traj_per_env": (4, {}),
-    "train_env_manager.format_penalty": (-0.1, {}),
-    "train_env_manager.worker_cls": ("roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager", {}),
-    "val_env_manager.env_groups": (2, {}),
+    "train_env_manager.max_traj_per_env": (4, {**_SOKOBAN, "train_env_manager.env_groups": 2}),
+    "train_env_manager.format_penalty": (-0.1, _SOKOBAN),
+    "train_env_manager.worker_cls": ("roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager", _SOKOBAN),
+    "val_env_manager.env_groups": (2, {**_SOKOBAN, "val_env_manager.tags": ["SimpleSokoban"]}),
     # worker config (seed 002 "Worker配置")
     "actor_train.world_size": (2, {"actor_train.device_mapping": [0, 1]}),
     "actor_train.device_mapping": ([0, 1, 2, 3], {}),
@@ -131,10 +134,10 @@ DOCUMENTED: dict[str, tuple[Any, dict[str, Any]]] = {
     f"{MEGATRON}.moe_shared_expert_overlap": (True, _MEGATRON_BASE),
     f"{MEGATRON}.overlap_grad_reduce": (True, _MEGATRON_BASE),
     # vLLM strategy config
-    f"{VLLM}.gpu_memory_utilization": (0.6, {}),
-    f"{VLLM}.block_size": (32, {}),
-    f"{VLLM}.max_model_len": (8000, {}),
-    f"{VLLM}.load_format": ("dummy", {}),
+    f"{VLLM}.gpu_memory_utilization": (0.6, VLLM_ON),
+    f"{VLLM}.block_size": (32, VLLM_ON),
+    f"{VLLM}.max_model_len": (8000, VLLM_ON),
+    f"{VLLM}.load_format": ("dummy", VLLM_ON),
     # SGLang strategy config
     f"{VLLM}.mem_fraction_static": (0.7, SGLANG),
     f"{VLLM}.load_format#sglang": ("dummy", SGLANG),
@@ -147,14 +150,14 @@ def test_documented_key_loads_round_trips_and_has_schema(key: str) -> None:
     path = key.split("#")[0]
     changes = dict(extra)
     changes[path] = value
-    config = load_config(changed(changes))
+    config = coherent_config(changed(changes))
     got = get_attr_path(config, path)
     if hasattr(got, "model_dump"):
         got = got.model_dump()
         value = {**got, **value}
     assert got == value
 
-    assert load_config(config_to_yaml(config)) == config
+    assert coherent_config(config_to_yaml(config)) == config
 
     prop = schema_property(path)
     assert prop.get("description"), f"{path} has no description"
@@ -180,12 +183,12 @@ actor_train:
         merged = yaml.safe_load(text)
         data["defaults"] = merged["defaults"]
         data["actor_train"]["strategy_args"] = merged["actor_train"]["strategy_args"]
-        config = load_config(data)
+        config = coherent_config(data)
         zero = config.actor_train.strategy_args.strategy_config.zero_optimization
         assert zero.stage == stage
         if preset.endswith("cpuoffload"):
             assert zero.offload_optimizer.device == "cpu"
-        assert load_config(config_to_yaml(config)) == config
+        assert coherent_config(config_to_yaml(config)) == config
 
 
 def test_every_schema_property_has_description_and_category() -> None:
@@ -204,7 +207,7 @@ def test_every_schema_property_has_description_and_category() -> None:
 
 
 def test_literal_dollar_text_round_trips() -> None:
-    config = load_config(changed({"system_envs": {"A": "literal \\${HOME} text"}}))
+    config = coherent_config(changed({"system_envs": {"A": "literal \\${HOME} text"}}))
     assert config.system_envs == {"A": "literal ${HOME} text"}
-    assert load_config(config_to_yaml(config)) == config
-    assert load_config(config) == config  # a PipelineConfig is a valid source too
+    assert coherent_config(config_to_yaml(config)) == config
+    assert coherent_config(config) == config  # a PipelineConfig is a valid source too

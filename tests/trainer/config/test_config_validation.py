@@ -12,6 +12,7 @@ from trainer.config import ConfigError, ConfigIssue, load_config, validate_confi
 MEG = {"actor_train.strategy_args.strategy_name": "megatron_train"}
 MEG_CFG = "actor_train.strategy_args.strategy_config"
 INFER_CFG = "actor_infer.strategy_args.strategy_config"
+VLLM = {"actor_infer.strategy_args": {"strategy_name": "vllm", "strategy_config": {"max_model_len": 256}}}
 SOKOBAN_ENV = {"custom_envs": {"Sokoban": {"env_type": "sokoban"}}}
 
 # (id, changes, path, severity, words that must appear in the message)
@@ -41,7 +42,7 @@ RULES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
      f"{MEG_CFG}.virtual_pipeline_model_parallel_size", "error", ["pipeline_model_parallel_size > 1"]),
     ("sequence_parallel_tp1", {**MEG, f"{MEG_CFG}.sequence_parallel": True},
      f"{MEG_CFG}.sequence_parallel", "warning", ["tensor_model_parallel_size 1"]),
-    ("vllm_tp_divides", {"actor_infer.device_mapping": [0, 1, 2], f"{INFER_CFG}.tensor_parallel_size": 2},
+    ("vllm_tp_divides", {**VLLM, "actor_infer.device_mapping": [0, 1, 2], f"{INFER_CFG}.tensor_parallel_size": 2},
      f"{INFER_CFG}.tensor_parallel_size", "error", ["needs 2 devices", "3"]),
     ("gpus_per_worker_divides", {"actor_infer.strategy_args": {"strategy_name": "hf_infer"},
                                  "actor_infer.device_mapping": [0, 1, 2], "actor_infer.num_gpus_per_worker": 2},
@@ -59,7 +60,7 @@ RULES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
      ["[0] more than once"]),
     ("device_empty", {"actor_train.device_mapping": []}, "actor_train.device_mapping", "error", ["empty"]),
     # lengths
-    ("max_model_len", {f"{INFER_CFG}.max_model_len": 100}, f"{INFER_CFG}.max_model_len", "error",
+    ("max_model_len", {**VLLM, f"{INFER_CFG}.max_model_len": 100}, f"{INFER_CFG}.max_model_len", "error",
      ["64 + 64 = 128", "at least 128"]),
     ("sglang_context_length", {"actor_infer.strategy_args": {"strategy_name": "sglang",
                                                             "strategy_config": {"context_length": 64}}},
@@ -96,9 +97,6 @@ RULES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
     # rewards
     ("no_rewards", {"rewards": {}}, "rewards", "error", ["math_rule"]),
     ("reward_type_missing", {"rewards": {"m": {}}}, "rewards.m.reward_type", "error", ["math_rule"]),
-    ("reward_cls_unsupported", {"rewards": {"code": {
-        "worker_cls": "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker"}}},
-     "rewards.code.worker_cls", "error", ["not supported yet"]),
     ("reward_cls_unknown", {"rewards": {"x": {"worker_cls": "os.system"}}}, "rewards.x.worker_cls", "error",
      ["never imported", "MathRuleRewardWorker"]),
     ("reward_cls_contradiction", {"rewards": {"m": {
@@ -110,7 +108,7 @@ RULES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
     ("unknown_top", {"rollout_batch_sise": 4}, "rollout_batch_sise", "error", ["did you mean rollout_batch_size?"]),
     ("unknown_nested", {"actor_train.training_args.lerning_rate": 1e-6}, "actor_train.training_args.lerning_rate",
      "error", ["did you mean learning_rate?"]),
-    ("unknown_strategy_config", {f"{INFER_CFG}.gpu_memory_utilisation": 0.5},
+    ("unknown_strategy_config", {**VLLM, f"{INFER_CFG}.gpu_memory_utilisation": 0.5},
      f"{INFER_CFG}.gpu_memory_utilisation", "error", ["did you mean gpu_memory_utilization?"]),
     ("unknown_megatron", {**MEG, f"{MEG_CFG}.tensor_parallel_size": 2}, f"{MEG_CFG}.tensor_parallel_size",
      "error", ["did you mean tensor_model_parallel_size?"]),
@@ -153,6 +151,14 @@ RULES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
     ("val_samples_ignored", {"validation": {"data_args": {"file_name": "examples/data/t.jsonl"},
                                             "generating_args": {"num_return_sequences": 4}}},
      "validation.generating_args.num_return_sequences", "warning", ["val_n_sample"]),
+    ("validation_strategy_ignored", {"validation": {"data_args": {"file_name": "examples/data/t.jsonl"},
+                                                    "strategy_args": {"strategy_name": "hf_infer"}}},
+     "validation.strategy_args", "warning", ["actor_infer's engine"]),
+    ("deepspeed_infer_training_keys", {"reference.strategy_args": {"strategy_name": "deepspeed_infer",
+                                       "strategy_config": {"gradient_clipping": 1.0, "zero_optimization": {
+                                           "stage": 2, "offload_optimizer": {"device": "cpu"}}}}},
+     "reference.strategy_args.strategy_config", "warning",
+     ["forward-only", "gradient_clipping", "offload_optimizer", "stage 2"]),
     ("worker_cls_ignored", {"actor_train.worker_cls": "roll.pipeline.base_worker.ActorWorker"}, "actor_train.worker_cls",
      "warning", ["ignored"]),
 ]
@@ -175,7 +181,33 @@ def test_rule(changes: dict[str, Any], path: str, severity: str, words: list[str
     if severity == "error":
         assert not result.ok and result.config is None
     else:
-        assert result.ok, result.errors
+        assert result.rule_errors == []
+
+
+@pytest.mark.parametrize(("micro", "accum", "hint"), [
+    # 32 samples / 16 per pass = 2 passes per rank: 2 accumulations give the one step there is
+    (16, 3, "; gradient_accumulation_steps = 2 works (1 optimizer step per rollout)"),
+    # 32 / 2 = 16 passes: 2 accumulations give 8 steps, 16 give one
+    (2, 3, "; gradient_accumulation_steps = 2 works (8 optimizer steps per rollout), 16 gives one step per rollout"),
+])
+def test_batch_suggestion_reads_as_one_sentence(micro: int, accum: int, hint: str) -> None:
+    result = validate_config(changed({"actor_train.training_args.per_device_train_batch_size": micro,
+                                      "actor_train.training_args.gradient_accumulation_steps": accum}))
+    (issue,) = [i for i in result.errors if i.path == "actor_train.training_args.gradient_accumulation_steps"]
+    assert issue.message.endswith(hint), issue.message
+
+
+def test_unbuilt_reward_worker_and_estimator_are_availability_errors() -> None:
+    """A ROLL reward worker or advantage estimator this build lacks is refused like an unbuilt strategy: the
+    config stays coherent (docs/decisions/0011), so the editor still shows it and says what is missing."""
+    result = validate_config(changed({"rewards": {"code": {
+        "worker_cls": "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker"}},
+        "adv_estimator": "step_reinforce"}))
+    assert result.config is not None and result.rule_errors == [], result.errors
+    by_path = {i.path: i for i in result.errors}
+    assert by_path["rewards.code.worker_cls"].kind == "not_built"
+    assert "code sandbox reward" in by_path["rewards.code.worker_cls"].message
+    assert by_path["adv_estimator"].kind == "not_built" and "grpo" in by_path["adv_estimator"].message
 
 
 def test_all_errors_reported_at_once() -> None:
@@ -200,7 +232,7 @@ def test_all_errors_reported_at_once() -> None:
 
 def test_cross_field_errors_reported_together() -> None:
     result = validate_config(
-        changed({"actor_train.training_args.gradient_accumulation_steps": 3, f"{INFER_CFG}.max_model_len": 10,
+        changed({**VLLM, "actor_train.training_args.gradient_accumulation_steps": 3, f"{INFER_CFG}.max_model_len": 10,
                  "actor_train.device_mapping": [0, 0]})
     )
     paths = {i.path for i in result.errors}
@@ -232,17 +264,24 @@ def test_reward_norm_sets_norm_types() -> None:
 
 
 def test_roll_worker_cls_maps_to_reward_type() -> None:
+    from trainer.pipeline.rewarding import _reward_type
+
     cls = "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"
-    assert validate_config(changed({"rewards": {"math": {"worker_cls": cls}}})).ok
+    result = validate_config(changed({"rewards": {"math": {"worker_cls": cls}}}))
+    assert result.ok, result.errors
+    section = result.config.rewards["math"]
+    assert section.reward_type is None and _reward_type("math", section) == "math_rule"  # what the loop runs
+    unknown = validate_config(changed({"rewards": {"math": {"worker_cls": "roll.pipeline.rlvr.rewards.Nope"}}}))
+    assert any(i.path == "rewards.math.worker_cls" for i in unknown.errors), unknown.issues
 
 
 def test_derived_values() -> None:
     result = validate_config(
         changed({**MEG, "actor_train.device_mapping": [0, 1, 2, 3], f"{MEG_CFG}.tensor_model_parallel_size": 2,
                  f"{MEG_CFG}.expert_model_parallel_size": 2, "ppo_epochs": 2,
-                 "actor_infer.device_mapping": [0, 1, 2, 3], f"{INFER_CFG}.tensor_parallel_size": 2})
+                 **VLLM, "actor_infer.device_mapping": [0, 1, 2, 3], f"{INFER_CFG}.tensor_parallel_size": 2})
     )
-    assert result.ok, result.issues
+    assert result.rule_errors == [], result.issues  # derived values are shown before backends exist
     d = result.derived
     assert d["rollout_samples_per_step"] == 32
     assert d["actor_train.world_size"] == 4
@@ -257,7 +296,7 @@ def test_deepspeed_dp_is_world_size() -> None:
     result = validate_config(changed({"actor_train.strategy_args": {"strategy_name": "deepspeed_train"},
                                       "actor_train.device_mapping": [0, 1],
                                       "actor_train.training_args.gradient_accumulation_steps": 2}))
-    assert result.ok, result.issues
+    assert result.rule_errors == [], result.issues
     assert result.derived["actor_train.dp_size"] == 2
 
 
@@ -280,7 +319,7 @@ def test_roll_default_estimator_is_gae() -> None:
 def test_fsdp2_dp_divides_out_ulysses() -> None:
     result = validate_config(changed({"actor_train.device_mapping": [0, 1, 2, 3],
                                       "actor_train.strategy_args.strategy_config": {"ulysses_sequence_parallel_size": 2}}))
-    assert result.ok, result.issues
+    assert result.rule_errors == [], result.issues
     assert result.derived["actor_train.dp_size"] == 2
 
 
@@ -299,6 +338,32 @@ def test_huge_numbers_get_bounded_suggestions() -> None:
 
 
 def test_null_strategy_config_means_defaults() -> None:
-    config = load_config(changed({"actor_train.strategy_args": {"strategy_name": "deepspeed_train",
+    config = load_config(changed({"actor_train.strategy_args": {"strategy_name": "fsdp2_train",
                                                                 "strategy_config": None}}))
-    assert config.actor_train.strategy_args.strategy_config.zero_optimization.stage == 0
+    assert config.actor_train.strategy_args.strategy_config.fsdp_size == -1
+
+
+@pytest.mark.parametrize(("role", "name", "available"), [
+    ("actor_infer", "sglang", "hf_infer"),
+])
+def test_a_strategy_that_is_not_built_is_an_error_listing_what_is(role: str, name: str, available: str) -> None:
+    result = validate_config(changed({f"{role}.strategy_args": {"strategy_name": name}}))
+    assert [(i.path, i.severity) for i in result.errors] == [(f"{role}.strategy_args.strategy_name", "error")]
+    assert f"{name} is not built" in result.errors[0].message and available in result.errors[0].message
+    assert not result.ok and result.derived  # the config is coherent: its arithmetic is still shown
+
+
+def test_global_template_fills_roles_that_leave_template_unset() -> None:
+    config = load_config(changed({"global_template": "qwen2_5",
+                                  "validation": {"data_args": {"file_name": "examples/data/t.jsonl", "template": "none"}}}))
+    assert config.actor_train.data_args.template == "qwen2_5"  # unset in the base config
+    assert config.validation.data_args.template == "none"  # set: kept
+
+
+def test_ulysses_sequence_parallelism_is_refused_until_built() -> None:
+    result = validate_config(changed({"actor_train.device_mapping": [0, 1],
+                                      "actor_train.strategy_args.strategy_config": {"ulysses_sequence_parallel_size": 2}}))
+    path = "actor_train.strategy_args.strategy_config.ulysses_sequence_parallel_size"
+    assert [(i.path, i.kind) for i in result.errors] == [(path, "not_built")]
+    assert "valid: 1" in result.errors[0].message
+    assert not [w for w in result.warnings if w.path == path]  # one message per field

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from importer_testing import base, with_key
 
+from tests.trainer.config.config_testing import coherent_config
 from trainer.cli import main
-from trainer.config import config_to_yaml, load_config, validate_config
+from trainer.config import config_to_yaml, validate_config
 from trainer.config.importers import detect_and_translate, translate
 from trainer.config.importers.docs import mapping_table
 
@@ -28,8 +29,7 @@ def imported() -> dict:
     out = {}
     for path in (VERL, SKYRL, RLINF):
         result = validate_config(path)
-        assert result.ok, [str(i) for i in result.errors]
-        assert not result.errors
+        assert result.config is not None and result.rule_errors == [], [str(i) for i in result.errors]
         out[path.name] = result
     return out
 
@@ -107,7 +107,7 @@ def test_rlinf_megatron_example(imported: dict) -> None:
 @pytest.mark.parametrize("path", [VERL, SKYRL, RLINF], ids=lambda p: p.stem)
 def test_round_trip_native_yaml(path: Path, imported: dict) -> None:
     config = imported[path.name].config
-    again = load_config(config_to_yaml(config))
+    again = coherent_config(config_to_yaml(config))
     assert again == config
 
 
@@ -179,7 +179,7 @@ def test_verl_adaptive_kl_controller() -> None:
     raw = with_key("verl", "algorithm.kl_ctrl", {"type": "adaptive", "kl_coef": 0.05, "target_kl": 0.1,
                                                  "horizon": 2000})
     raw["algorithm"]["kl_penalty"] = "mse"
-    cfg = load_config(raw)
+    cfg = coherent_config(raw)
     assert (cfg.kl_ctrl_type, cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon) == ("adaptive", 0.05, 0.1, 2000)
     assert cfg.add_token_level_kl and cfg.kl_penalty == "mse" and cfg.reference is not None
 
@@ -191,7 +191,7 @@ def test_skyrl_refuses_kl_in_reward_with_kl_loss() -> None:
     assert any(i.path == "trainer.algorithm.use_kl_in_reward" and "use_kl_loss" in i.message for i in result.errors)
     raw["trainer"]["algorithm"]["use_kl_loss"] = False
     raw["trainer"]["algorithm"]["kl_loss_coef"] = 0.02
-    cfg = load_config(raw)
+    cfg = coherent_config(raw)
     assert cfg.add_token_level_kl and not cfg.use_kl_loss and cfg.init_kl_coef == 0.02
 
 
@@ -205,7 +205,7 @@ def test_skyrl_separate_placement_gives_consecutive_device_blocks() -> None:
     raw["trainer"]["algorithm"] = {"advantage_estimator": "gae", "ppo_loss_type": "dual_clip",
                                    "eps_clip_low": 0.2, "eps_clip_high": 0.28}
     raw["generator"].update(num_inference_engines=2, inference_engine_tensor_parallel_size=2)
-    cfg = load_config(raw)
+    cfg = coherent_config(raw)
     assert cfg.actor_train.device_mapping == [0, 1, 2, 3]
     assert cfg.reference.device_mapping == [4, 5]
     assert cfg.critic.device_mapping == [6, 7]
@@ -223,7 +223,7 @@ def test_skyrl_colocate_all_needs_engines_to_fill_the_policy_devices() -> None:
 
 def test_rlinf_separate_components_and_minibatch_arithmetic() -> None:
     raw = with_key("rlinf", "cluster.component_placement", {"actor": "0-3", "rollout": "4-7"})
-    cfg = load_config(raw)
+    cfg = coherent_config(raw)
     assert cfg.actor_train.device_mapping == [0, 1, 2, 3] and cfg.actor_infer.device_mapping == [4, 5, 6, 7]
     # 16 prompts × 4 / 2 minibatches = 32 samples per step = micro 1 × dp 4 × 8
     assert cfg.actor_train.training_args.gradient_accumulation_steps == 8
@@ -233,13 +233,13 @@ def test_rlinf_separate_components_and_minibatch_arithmetic() -> None:
 
 def test_keys_without_a_native_home_are_warnings_with_value_and_reason() -> None:
     result = validate_config(with_key("verl", "actor_rollout_ref.model.use_remove_padding", True))
-    assert result.ok
+    assert result.rule_errors == []
     issue = next(i for i in result.warnings if i.path == "actor_rollout_ref.model.use_remove_padding")
     assert "= True not imported" in issue.message and "packing is not implemented" in issue.message
 
 
 def test_verl_ulysses_sequence_parallel_divides_the_data_parallel_size() -> None:
-    cfg = load_config(with_key("verl", "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2))
+    cfg = coherent_config(with_key("verl", "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2))
     assert cfg.actor_train.strategy_args.strategy_config.ulysses_sequence_parallel_size == 2
     # 32 prompts × 4 samples / (micro 2 × dp 4/2) = 32
     assert cfg.actor_train.training_args.gradient_accumulation_steps == 32
@@ -255,17 +255,20 @@ def test_cli_import_writes_native_yaml_that_loads(tmp_path: Path, capsys: pytest
     out = tmp_path / "native.yaml"
     assert main(["import", str(SKYRL), "-o", str(out), "--from", "skyrl"]) == 0
     assert "written as native YAML" in capsys.readouterr().err
-    assert load_config(out) == load_config(SKYRL)
+    assert coherent_config(out) == coherent_config(SKYRL)
     assert main(["import", str(RLINF), "runner.seq_length=4096"]) == 0
     printed = capsys.readouterr().out
-    assert load_config(printed).response_length == 3072
+    assert coherent_config(printed).response_length == 3072
 
 
 def test_validate_accepts_a_foreign_file_and_names_the_format() -> None:
-    proc = subprocess.run([sys.executable, "-m", "trainer", "validate", str(VERL)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert "read as a verl config" in proc.stderr and "OK (format verl)" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "trainer", "validate", str(VERL), "--from", "auto"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert "read as a verl config" in proc.stderr
+    if proc.returncode:  # coherent, but naming a backend this build lacks: said by name
+        assert proc.returncode == 2 and "is not built in this version" in proc.stderr, proc.stderr
+    else:
+        assert "OK (format verl)" in proc.stdout
 
 
 @pytest.mark.parametrize("fmt", ["verl", "skyrl", "rlinf"])

@@ -80,7 +80,7 @@ def test_dtype_and_size_errors(tmp_path: Path) -> None:
     assert resolve_dtype("auto") is None
     with pytest.raises(ValueError, match=r"dtype: unknown 'float8'"):
         resolve_dtype("float8")
-    with pytest.raises(ValueError, match=r"size: unknown model size 'huge'; valid: tiny, small"):
+    with pytest.raises(ValueError, match=r"size: unknown model size 'huge'; valid: tiny, tiny32, small, m20, m100"):
         build_tiny_model(tmp_path, size="huge")
     assert set(SIZE_CHOICES) == set(SIZES)
 

@@ -34,7 +34,8 @@ def load_cfg(output_dir: Path, *overrides: str, source: Path = DEMO_GRPO) -> Any
 
 
 def events(output_dir: Path, kind: str | None = None) -> list[dict]:
-    lines = (Path(output_dir) / "events.jsonl").read_text().splitlines()
+    # "\n" only: str.splitlines() also breaks at U+0085 / U+2028, which sampled response text may hold
+    lines = (Path(output_dir) / "events.jsonl").read_text(encoding="utf-8").split("\n")
     all_events = [json.loads(line) for line in lines if line.strip()]
     return [e for e in all_events if kind is None or e["type"] == kind]
 

@@ -131,7 +131,7 @@ def test_bad_input_gets_clear_errors() -> None:
         OptimConfig(lr_scheduler_type="step")
     with pytest.raises(ValueError, match=r"unknown training strategy 'fsdp'.*torch_train, fsdp2_train"):
         build_strategy("fsdp", torch.nn.Linear(1, 1), optim())
-    with pytest.raises(NotImplementedError, match="deepspeed_train"):
+    with pytest.raises(ValueError, match="deepspeed_train needs the role's TrainShape"):
         build_strategy("deepspeed_train", torch.nn.Linear(1, 1), optim())
     with pytest.raises(RuntimeError, match=r"torch\.distributed initialised"):
         build_strategy("fsdp2_train", torch.nn.Linear(1, 1), optim(), world_size=2)

@@ -3,7 +3,8 @@
 `detect_and_translate` is the one entry point: validate_config / load_config call it on every
 loaded file, the web app calls it for "import a file", and `python -m trainer import` wraps it.
 Each foreign format is a module with NAME, SIGNATURE (its top-level sections), REQUIRED (the
-sections that identify it), DEFAULTS (its own defaults where ours differ), RULES and finish().
+sections that identify it), DEFAULTS (its own defaults where ours differ), RULES and finish(); its
+surface (builtin.SURFACES) knows every key of its releases, and which release a file belongs to.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from types import ModuleType
 from typing import Any
 
 from trainer.config.importers import rlinf, skyrl, verl
+from trainer.config.importers.builtin import SURFACES
 from trainer.config.importers.rules import Rule, SourceValueError, Translation, apply_rules
+from trainer.config.importers.surface import Family, flatten
 from trainer.config.issues import ConfigIssue
 from trainer.config.loading import FOREIGN_TOP_LEVEL_KEYS
 from trainer.config.schema import PipelineConfig
@@ -62,10 +65,18 @@ def _merge_defaults(defaults: Mapping[str, Any], raw: Mapping[str, Any]) -> dict
     return out
 
 
+def release_family(raw: Mapping[str, Any], fmt: str) -> Family:
+    """The release family of `fmt` whose keys the file uses (builtin.SURFACES)."""
+    return SURFACES[fmt].detect(dict(flatten(raw)))
+
+
 def translate(raw: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], list[ConfigIssue]]:
     """Translate a resolved foreign config with the importer named `fmt`."""
     module = IMPORTERS[fmt]
-    t = Translation(raw=_merge_defaults(module.DEFAULTS, raw), fmt=fmt, given=dict(raw))
+    surface, flat = SURFACES[fmt], dict(flatten(raw))
+    family = surface.detect(flat)
+    t = Translation(raw=_merge_defaults(module.DEFAULTS, raw), fmt=fmt, given=dict(raw), surface=surface,
+                    family=family, variant=surface.variant_of(family, flat))
     apply_rules(t, module.RULES)
     if not any(issue.severity == "error" for issue in t.issues):
         try:
@@ -98,5 +109,6 @@ def detect_and_translate(
         return raw, fmt, []
     native, issues = translate(raw, fmt)
     warnings = sum(1 for issue in issues if issue.severity == "warning")
-    logger.warning("notice: read as a %s config and translated into the native schema (%d warning(s))", fmt, warnings)
+    logger.warning("notice: read as a %s config (%s keys) and translated into the native schema (%d warning(s))",
+                   fmt, release_family(raw, fmt).name, warnings)
     return native, fmt, issues

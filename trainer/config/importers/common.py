@@ -57,9 +57,10 @@ def settle_strategies(t: Translation) -> None:
         for key in list(cfg):
             if key not in model.model_fields:
                 value = cfg.pop(key)
-                source = t.origin.get(f"{role}.strategy_args.strategy_config.{key}", f"{role}.{key}")
-                t.warn(source, f"= {value!r} not imported: applies only to another backend; {role} runs {name}, "
-                       f"which has no {key} setting")
+                source = t.origin.get(f"{role}.strategy_args.strategy_config.{key}")
+                if source is None or t.written(source):  # a release default of the other backend: nothing chosen
+                    t.warn(source or f"{role}.{key}", f"= {value!r} not imported: applies only to another backend; "
+                           f"{role} runs {name}, which has no {key} setting")
         args["strategy_config"] = cfg
 
 
@@ -87,7 +88,8 @@ def drop_unused_reference(t: Translation) -> None:
     pop_path(t.native, "reference")
     for path, source in list(t.origin.items()):
         if path.startswith("reference."):
-            t.warn(source, "not imported: no KL term is enabled, so no reference model is created")
+            if t.written(source):
+                t.warn(source, "not imported: no KL term is enabled, so no reference model is created")
             t.origin.pop(path)
 
 
@@ -140,8 +142,9 @@ def warn_unused(t: Translation, prefix: str, why: str) -> None:
         return
     items = leaves(node, {}, f"{prefix}.") if isinstance(node, dict) else iter([(prefix, node)])
     for path, value in items:
-        if value is not None and value != {}:
+        if value is not None and value != {} and t.written(path) and path.rpartition(".")[2] != "_target_":
             t.warn(path, f"= {value!r} not imported: {why}")
     for path, source in list(t.origin.items()):
         if source == prefix or source.startswith(f"{prefix}."):
             t.origin.pop(path)
+            pop_path(t.native, path)  # e.g. verl's critic.cliprange_value set value_clip

@@ -6,10 +6,13 @@ gradient_accumulation_steps = rollout_batch_size × group_size / n_minibatches /
 dp = actor devices / (TP × PP). `runner.seq_length` is prompt + response, so
 response_length = seq_length − data.max_prompt_length (RLinf writes `${subtract:…}` for it).
 `cluster.component_placement` ("actor,rollout: all", "actor: 0-3") becomes device_mapping.
+PPO configs (`critic.use_critic_model: true`, adv_type gae) get a critic role built like the actor:
+the `critic.*` keys that mirror `actor.*` land on the critic, initialised from the policy model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from trainer.config.importers.common import (
@@ -18,6 +21,7 @@ from trainer.config.importers.common import (
     import_save_interval,
     positive_interval,
     settle_strategies,
+    warn_unused,
 )
 from trainer.config.importers.rules import Rule, Translation, choice, to_dtype
 
@@ -39,7 +43,7 @@ KL = choice({"kl": "kl", "k1": "kl", "abs": "abs", "mse": "mse", "k2": "mse", "l
              "k3": "low_var_kl", "full": "full"}, "kl_penalty_type")
 DECAY = choice({"constant": "constant", "linear": "linear", "cosine": "cosine"}, "lr_decay_style")
 OPTIMIZER = choice({"adam": "adamw", "adamw": "adamw", "sgd": "sgd"}, "optimizer")
-COMPONENTS = {"actor": "actor_train", "rollout": "actor_infer"}
+COMPONENTS = {"actor": "actor_train", "rollout": "actor_infer", "critic": "critic"}
 
 ARCH = "model architecture comes from the HF model's config.json"
 NO_DEBUG = "a debugging aid of RLinf with no native counterpart"
@@ -65,6 +69,10 @@ def _template(value: bool) -> str:
 
 def _eos(value: int) -> list[int]:
     return [int(value)]
+
+
+def _grouped_gemm(value: Any) -> bool:
+    return value not in (None, False, "none", "null")  # RLinf: te (Transformer Engine) or null
 
 
 def _arch(key: str, implied: Any, example: Any) -> Rule:
@@ -104,7 +112,8 @@ RULES: list[Rule] = [
     Rule("runner.seq_length", "sequence_length", 3000, derived=True,
          note="response_length = seq_length − data.max_prompt_length"),
     Rule("runner.enable_dynamic_batch_size", "actor_train.use_dynamic_bsz", True),
-    Rule("runner.max_tokens_per_mbs", "actor_train.max_token_len_per_gpu", 4096),
+    Rule("runner.max_tokens_per_mbs", "actor_train.max_token_len_per_gpu", 4096, derived=True,
+         note="used when runner.enable_dynamic_batch_size"),
     Rule("runner.resume_dir", "resume_from_checkpoint", "/ckpt/global_step_10"),
     Rule("runner.experiment_name", "exp_name", "my_experiment"),
     Rule("runner.output_dir", "output_dir", "/runs"),
@@ -254,10 +263,16 @@ RULES: list[Rule] = [
     _arch("gradient_accumulation_fusion", False, True),
     Rule("actor.model.moe_token_dispatcher_type", f"{MEGATRON}.moe_token_dispatcher_type", "allgather",
          note="Megatron only"),
+    Rule("actor.model.expert_model_parallel_size", f"{MEGATRON}.expert_model_parallel_size", 2, note="Megatron only"),
+    Rule("actor.model.expert_tensor_parallel_size", f"{MEGATRON}.expert_tensor_parallel_size", 2,
+         note="Megatron only"),
+    Rule("actor.model.moe_grouped_gemm", f"{MEGATRON}.moe_grouped_gemm", "te", _grouped_gemm,
+         "te → true, null → false (Megatron only)"),
+    Rule("actor.model.moe_aux_loss_coeff", "actor_train.model_args.moe_aux_loss_coef", 0.01),
     _arch("use_cpu_initialization", False, True),
     Rule("actor.optim.optimizer", f"{TA}.optim", "sgd", OPTIMIZER, "Megatron's adam is AdamW (decoupled decay)"),
-    Rule("actor.optim.bf16", f"{TA}.bf16", True),
-    Rule("actor.optim.fp16", f"{TA}.fp16", False),
+    Rule("actor.optim.bf16", f"{TA}.bf16", False),
+    Rule("actor.optim.fp16", f"{TA}.fp16", True),
     Rule("actor.optim.lr", f"{TA}.learning_rate", 3e-6),
     Rule("actor.optim.adam_beta1", f"{TA}.adam_beta1", 0.8),
     Rule("actor.optim.adam_beta2", f"{TA}.adam_beta2", 0.98),
@@ -303,6 +318,8 @@ RULES: list[Rule] = [
     *_converter_rules("actor.megatron.ckpt_convertor"),
     Rule("actor.megatron.profiler", None, {"with_stack": True}, note=NO_DEBUG),
     Rule("actor.fsdp_config.strategy", None, "fsdp", implied="fsdp2", note="FSDP2 is used for fsdp and fsdp2"),
+    Rule("actor.fsdp_config.gradient_checkpointing", "actor_train.model_args.disable_gradient_checkpointing", True,
+         _not, "inverted: disable_gradient_checkpointing = not gradient_checkpointing"),
     Rule("actor.fsdp_config.sharding_strategy", None, "full_shard",
          note="FSDP2 shards fully; use fsdp_size for hybrid sharding"),
     Rule("actor.fsdp_config.cpu_offload", f"{FSDP}.cpu_offload", True, note="FSDP only"),
@@ -337,10 +354,28 @@ RULES: list[Rule] = [
          "group normalisation removes)"),
     Rule("reward.tokenizer", None, {"use_fast": True},
          note="follows actor.tokenizer; the reward is rule-based and needs no tokenizer"),
-    Rule("critic.use_critic_model", None, True, implied=False, note="RLinf reasoning configs train no critic"),
-    Rule("inference", None, {"group_name": "InferenceGroup"},
+    Rule("critic.use_critic_model", "critic", True, derived=True,
+         note="true creates the critic (PPO with adv_type gae), initialised from the policy model"),
+    Rule("algorithm.value_clip", "value_clip", 0.4, derived=True, note="used when there is a critic"),
+    Rule("algorithm.gamma", "gamma", 0.99),
+    Rule("algorithm.gae_lambda", "lambd", 0.9),
+    Rule("algorithm.critic_warmup_steps", "critic_warmup", 2),
+    Rule("inference", None, {"group_name": "LogProbGroup"},
          note="a separate log-prob component is not imported; actor_train computes old log-probs"),
 ]
+
+# The critic of PPO configs mirrors the actor: the same keys land on the critic role.
+CRITIC_MIRRORED = ("training_backend", "optim.", "lr_sched.lr_warmup_fraction", "lr_sched.lr_warmup_iters",
+                   "lr_sched.lr_decay_style", "lr_sched.lr_decay_iters", "lr_sched.max_lr", "lr_sched.min_lr",
+                   "model.precision", "model.tensor_model_parallel_size",
+                   "model.pipeline_model_parallel_size", "model.sequence_parallel", "model.recompute_",
+                   "megatron.distributed_timeout_minutes", "fsdp_config.cpu_offload", "fsdp_config.fsdp_size",
+                   "fsdp_config.reshard_after_forward", "fsdp_config.offload_pin_memory", "fsdp_config.mixed_precision.")
+RULES += [dataclasses.replace(rule, source=f"critic.{rule.source.removeprefix('actor.')}",
+                              target=rule.target.replace("actor_train.", "critic.", 1) if rule.target else None)
+          for rule in list(RULES)
+          if rule.source.startswith("actor.") and rule.source.removeprefix("actor.").startswith(CRITIC_MIRRORED)
+          and (rule.target or "actor_train.").startswith("actor_train.")]
 
 # RLinf's own defaults where the native default means something else.
 DEFAULTS: dict[str, Any] = {
@@ -373,21 +408,45 @@ def parse_placement(text: Any, total: int) -> list[int]:
 
 def finish(t: Translation) -> None:
     _placement(t)
+    has_critic = _critic(t)
     _lengths(t)
     _kl_and_clip(t)
     _strategies(t)
-    _batches(t)
+    for role, src in (("actor_train", "actor"), ("critic", "critic"))[: 2 if has_critic else 1]:
+        _batches(t, role, src)
+        _optimizer(t, role, src)
     _schedule(t)
     _rewards(t)
-    _optimizer(t)
     if "validation" in t.native:
         data = t.native["validation"].setdefault("data_args", {})
         for key, value in (t.native["actor_train"].get("data_args") or {}).items():
             if key not in ("file_name", "shuffle"):
                 data.setdefault(key, value)
-    fill_model_paths(t, ("actor_train", "actor_infer", "reference"))
+    fill_model_paths(t, ("actor_train", "actor_infer", "reference", "critic"))
     drop_unused_reference(t)
     settle_strategies(t)
+
+
+def _critic(t: Translation) -> bool:
+    """RLinf trains a critic when critic.use_critic_model; it needs its own devices in component_placement."""
+    wanted = bool(t.get("critic.use_critic_model"))
+    if not wanted:
+        t.native.pop("critic", None)
+        warn_unused(t, "critic", "no critic is created (critic.use_critic_model is false)")
+        if t.get("algorithm.adv_type") in ("gae", "ppo"):
+            t.error("critic.use_critic_model", "adv_type gae needs a critic: set critic.use_critic_model: true")
+        elif t.written("algorithm.value_clip"):
+            t.warn("algorithm.value_clip", "not imported: there is no critic (critic.use_critic_model is false)")
+        return False
+    if "device_mapping" not in t.native.get("critic", {}):
+        t.error("critic.use_critic_model", "true, but cluster.component_placement names no devices for the critic; "
+                "add critic to a component set, e.g. 'actor,critic,rollout,reward: all'")
+        return False
+    if t.has("algorithm.value_clip"):
+        t.set("value_clip", t.float("algorithm.value_clip"), "algorithm.value_clip")
+    args = t.native["critic"].setdefault("strategy_args", {})
+    args.setdefault("strategy_name", t.native.get("actor_train", {}).get("strategy_args", {}).get("strategy_name"))
+    return True
 
 
 def _placement(t: Translation) -> None:
@@ -395,8 +454,8 @@ def _placement(t: Translation) -> None:
     nodes = t.int("cluster.num_nodes", 1)
     total = nodes * ASSUMED_GPUS_PER_NODE
     if placement is None:
-        t.error("cluster.component_placement", "is required: which devices run actor and rollout "
-                "(e.g. {'actor,rollout,reward': 'all'})")
+        t.required("cluster.component_placement", "which devices run actor and rollout, e.g. "
+                   "{'actor,rollout,reward': 'all'}")
         return
     if not isinstance(placement, dict):
         t.error("cluster.component_placement", "must map component names to device sets")
@@ -418,10 +477,10 @@ def _placement(t: Translation) -> None:
                 t.native.setdefault(role, {})["device_mapping"] = mapping
                 if role == "actor_train":
                     t.native.setdefault("reference", {})["device_mapping"] = mapping
-            elif name != "reward":
-                t.warn(path, f"component {name!r} not imported: only actor, rollout and reward are placed")
-    highest = max((d for r in ("actor_train", "actor_infer") for d in t.native.get(r, {}).get("device_mapping", [])),
-                  default=0)
+            elif name not in ("reward", "inference"):
+                t.warn(path, f"component {name!r} not imported: only actor, critic, rollout and reward are placed")
+    highest = max((d for r in ("actor_train", "actor_infer", "critic")
+                   for d in t.native.get(r, {}).get("device_mapping", [])), default=0)
     t.native["num_gpus_per_node"] = ASSUMED_GPUS_PER_NODE
     if highest >= total:
         t.native["num_nodes"] = highest // ASSUMED_GPUS_PER_NODE + 1
@@ -430,7 +489,7 @@ def _placement(t: Translation) -> None:
 def _lengths(t: Translation) -> None:
     seq, prompt = t.get("runner.seq_length"), t.get("data.max_prompt_length", 1024)
     if seq is None:
-        t.error("runner.seq_length", "is required: prompt + response tokens")
+        t.required("runner.seq_length", "prompt + response tokens")
         return
     if seq <= prompt:
         t.error("runner.seq_length", f"{seq} leaves no room for a response after data.max_prompt_length = {prompt}")
@@ -467,22 +526,22 @@ def _strategies(t: Translation) -> None:
         ref["infer_batch_size"] = t.native["actor_train"]["infer_batch_size"]
 
 
-def _dp(t: Translation) -> int:
-    actor = t.native.get("actor_train", {})
-    world = len(actor.get("device_mapping") or [0])
-    cfg = actor.get("strategy_args", {}).get("strategy_config", {})
-    if actor.get("strategy_args", {}).get("strategy_name") == "megatron_train":
+def _dp(t: Translation, role: str, src: str) -> int:
+    section = t.native.get(role, {})
+    world = len(section.get("device_mapping") or [0])
+    cfg = section.get("strategy_args", {}).get("strategy_config", {})
+    if section.get("strategy_args", {}).get("strategy_name") == "megatron_train":
         model_parallel = int(cfg.get("tensor_model_parallel_size", 1)) * int(cfg.get("pipeline_model_parallel_size", 1))
         if world % model_parallel:
-            t.error("actor.model.tensor_model_parallel_size", f"TP × PP = {model_parallel} does not divide the "
-                    f"actor's {world} devices")
+            t.error(f"{src}.model.tensor_model_parallel_size", f"TP × PP = {model_parallel} does not divide the "
+                    f"{src}'s {world} devices")
             return 0
         return world // model_parallel
     return world
 
 
-def _batches(t: Translation) -> None:
-    dp = _dp(t)
+def _batches(t: Translation, role: str, src: str) -> None:
+    dp = _dp(t, role, src)
     if not dp:
         return
     prompts = t.int("data.rollout_batch_size", 1)
@@ -499,10 +558,18 @@ def _batches(t: Translation) -> None:
         t.error("algorithm.n_minibatches", f"each of the {steps} mini-batches holds {per_step} samples, not a "
                 f"multiple of training_batch_size_per_gpu × dp = {micro} × {dp}")
         return
-    t.set(f"{TA}.gradient_accumulation_steps", per_step // (micro * dp), "algorithm.n_minibatches")
+    ta = f"{role}.training_args"
+    t.set(f"{ta}.gradient_accumulation_steps", per_step // (micro * dp), "algorithm.n_minibatches")
+    if role != "actor_train":
+        t.set(f"{ta}.per_device_train_batch_size", micro, "algorithm.training_batch_size_per_gpu")
 
 
 def _schedule(t: Translation) -> None:
+    if t.get("runner.enable_dynamic_batch_size") and t.has("runner.max_tokens_per_mbs"):
+        t.set("actor_train.max_token_len_per_gpu", t.int("runner.max_tokens_per_mbs"), "runner.max_tokens_per_mbs")
+    elif t.written("runner.max_tokens_per_mbs"):
+        t.warn("runner.max_tokens_per_mbs", f"= {t.get('runner.max_tokens_per_mbs')} not imported: used only with "
+               "runner.enable_dynamic_batch_size, as in RLinf")
     steps = t.int("runner.max_steps") if t.has("runner.max_steps") else None
     if steps is not None and steps > 0:
         t.set("max_steps", int(steps), "runner.max_steps")
@@ -527,27 +594,28 @@ def _rewards(t: Translation) -> None:
         t.warn("reward.reward_scale", f"wrong answers score 0 here instead of RLinf's −{scale}; correct ones score "
                f"{scale} (group-normalised advantages are the same)")
     t.native["rewards"] = {"math": section}
-    tok = t.get("actor.tokenizer.tokenizer_model")
-    if tok is not None and tok != t.get("rollout.model_dir"):
+    tok, model = t.get("actor.tokenizer.tokenizer_model"), t.get("rollout.model.model_path", t.get("rollout.model_dir"))
+    if tok is not None and tok != model:
         t.warn("actor.tokenizer.tokenizer_model", f"= {tok!r} not imported: the tokenizer loads from the model "
-               f"path {t.get('rollout.model_dir')!r}")
+               f"path {model!r}")
 
 
-def _optimizer(t: Translation) -> None:
-    lr = t.get("actor.optim.lr")
-    max_lr = t.get("actor.lr_sched.max_lr")
+def _optimizer(t: Translation, role: str, src: str) -> None:
+    ta = f"{role}.training_args"
+    lr = t.get(f"{src}.optim.lr")
+    max_lr = t.get(f"{src}.lr_sched.max_lr")
     if lr is None and max_lr is not None:
         lr = max_lr
-        t.set(f"{TA}.learning_rate", float(max_lr), "actor.lr_sched.max_lr")
+        t.set(f"{ta}.learning_rate", float(max_lr), f"{src}.lr_sched.max_lr")
     elif max_lr is not None and max_lr != lr:
-        t.warn("actor.lr_sched.max_lr", f"= {max_lr} not imported: the peak learning rate is actor.optim.lr = {lr}")
-    min_lr = t.get("actor.optim.min_lr", t.get("actor.lr_sched.min_lr"))
-    source = "actor.optim.min_lr" if t.has("actor.optim.min_lr") else "actor.lr_sched.min_lr"
+        t.warn(f"{src}.lr_sched.max_lr", f"= {max_lr} not imported: the peak learning rate is {src}.optim.lr = {lr}")
+    min_lr = t.get(f"{src}.optim.min_lr", t.get(f"{src}.lr_sched.min_lr"))
+    source = f"{src}.optim.min_lr" if t.has(f"{src}.optim.min_lr") else f"{src}.lr_sched.min_lr"
     if min_lr is not None and not lr:
-        t.warn(source, f"= {min_lr} not imported: needs actor.optim.lr to become min_lr_ratio")
+        t.warn(source, f"= {min_lr} not imported: needs {src}.optim.lr to become min_lr_ratio")
     elif min_lr is not None:
         ratio = float(min_lr) / float(lr)
         if not 0 <= ratio <= 1:
-            t.error(source, f"{min_lr} must lie between 0 and actor.optim.lr = {lr}")
+            t.error(source, f"{min_lr} must lie between 0 and {src}.optim.lr = {lr}")
         else:
-            t.set(f"{TA}.min_lr_ratio", ratio, source)
+            t.set(f"{ta}.min_lr_ratio", ratio, source)

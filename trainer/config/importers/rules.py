@@ -3,18 +3,28 @@
 Each importer is a list of `Rule`s (source key -> native key + optional converter) plus a small
 `finish` function for the values that need arithmetic across keys (batch sizes, device layouts).
 The engine walks the foreign file, applies the rules, and turns everything it cannot place into
-ConfigIssues: unknown keys are errors naming the closest documented key, keys without a native
-home are warnings carrying the value and the reason. Nothing is dropped silently.
+ConfigIssues. A key of the framework's surface (surface.py: every key of its releases) without a
+rule is known but has no effect here: a warning with the value and the reason when it differs from
+the release's default. A key in no release is an error naming the closest known key (a typo), and
+Hydra's `???` placeholder is an error asking for the value. `_target_` meta keys are ignored.
+Nothing is dropped silently.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.config.importers.surface import Family, Surface
+from trainer.config.introspect import models_in
 from trainer.config.issues import ConfigIssue
+from trainer.config.schema import PipelineConfig, field_status
+
+MISSING_VALUE = "???"  # Hydra / OmegaConf: a value the user must provide
+_REFERENCE = re.compile(r"\$\{([\w.\-]+)\}")
 
 
 class SourceValueError(ValueError):
@@ -63,6 +73,9 @@ class Translation:
     native: dict[str, Any] = field(default_factory=dict)
     issues: list[ConfigIssue] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)  # native path -> source key that set it
+    surface: Surface | None = None  # the framework's keys per release
+    family: Family | None = None  # the release family the file belongs to
+    variant: str = ""  # its backend tree within the family (e.g. verl's fsdp or megatron trainer)
 
     def get(self, path: str, default: Any = None) -> Any:
         """The source file's value at a dotted path (None when unset)."""
@@ -86,17 +99,49 @@ class Translation:
         return value
 
     def written(self, path: str) -> bool:
-        """Whether the source file itself (not a framework default) sets this key."""
+        """Whether the source file sets this key to something other than its release's default (a file
+        composed on the framework's own config repeats every default without choosing it)."""
         found, value = lookup(self.given, path)
-        return found and value is not None
+        return found and value is not None and not self.is_default(path, value)
+
+    def is_default(self, path: str, value: Any) -> bool:
+        """Whether `value` is the default of `path` in the file's release family; a default that interpolates
+        other keys (`tokenizer_path: ${actor_rollout_ref.model.path}`) is judged with the file's values."""
+        if self.surface is None or self.family is None:
+            return False
+        if isinstance(value, Mapping) and value:  # a section a rule takes whole: every key at its default
+            return all(self.is_default(f"{path}.{key}", item) for key, item in leaves(value, {}))
+        written = self.surface.raw_default(self.family, self.variant, path)
+        if isinstance(written, str) and "${" in written:
+            return value == self._interpolate(written)
+        parts = path.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # inside a section that defaults to another one
+            whole = _REFERENCE.fullmatch(str(self.surface.raw_default(self.family, self.variant, ".".join(parts[:cut]))))
+            if whole:
+                return lookup(self.given, ".".join([whole.group(1), *parts[cut:]])) == (True, value)
+        return self.surface.is_default(self.family, self.variant, path, value)
+
+    def _interpolate(self, text: str) -> Any:
+        whole = _REFERENCE.fullmatch(text)
+        if whole:
+            return lookup(self.given, whole.group(1))[1]
+        return _REFERENCE.sub(lambda m: str(lookup(self.given, m.group(1))[1]), text)
+
+    def required(self, path: str, what: str = "") -> None:
+        """A value the framework requires and the file leaves unset (or as `???`)."""
+        self.error(path, f"required: set {path}{f' ({what})' if what else ''}")
 
     def set(self, path: str, value: Any, source: str) -> None:
-        """Write a native value; a second source disagreeing with the first is reported, the first wins."""
+        """Write a native value; a second source disagreeing with the first is reported and the first wins,
+        unless only the second is set to other than its release default (the file chose it)."""
         found, current = lookup(self.native, path)
         if found and current != value and path in self.origin:
-            self.warn(source, f"= {value!r} conflicts with {self.origin[path]} (= {current!r}), which sets "
-                      f"{path}; kept {current!r}")
-            return
+            first = self.origin[path]
+            if self.written(first) or not self.written(source):
+                self.warn(source, f"= {value!r} conflicts with {first} (= {current!r}), which sets {path}; "
+                          f"kept {current!r}")
+                return
+            self.origin[path] = source  # the file chose this one; the other is its release's default
         set_path(self.native, path, value)
         self.origin.setdefault(path, source)
 
@@ -159,32 +204,69 @@ def closest_key(path: str, known: Sequence[str]) -> str | None:
 
 
 def apply_rules(t: Translation, rules: Sequence[Rule]) -> None:
-    """Map every key of `t.raw` with its rule; unknown keys become errors, homeless ones warnings."""
+    """Map every key of `t.raw` with its rule; known keys without one are warnings, unknown keys errors."""
     by_source = {rule.source: rule for rule in rules}
-    known = list(by_source)
+    known = sorted({*by_source, *(t.surface.key_set if t.surface else ())})
     for path, value in leaves(t.raw, by_source):
+        if path.rpartition(".")[2] == "_target_":
+            continue  # Hydra's instantiation meta key: which class the framework builds, no setting
+        if value == MISSING_VALUE:
+            t.required(path, f"{t.fmt} leaves it as ??? for you to fill in")
+            continue
         rule = by_source.get(path)
         if rule is None:
+            if t.surface is not None and t.surface.known(path):
+                _without_effect(t, path, value)
+                continue
             if any(k.startswith(f"{path}.") for k in known) and (value is None or value == {}):
                 continue  # an empty section such as `critic:` with nothing in it
             close = closest_key(path, known)
             hint = f"; did you mean {close}?" if close else ""
-            t.error(path, f"unknown key for {t.fmt}: {path.rpartition('.')[2]!r} is not a documented "
-                    f"{t.fmt} setting{hint}")
+            t.error(path, f"unknown key for {t.fmt}: {path.rpartition('.')[2]!r} is not a {t.fmt} setting of "
+                    f"any known release{hint}")
             continue
         if rule.derived or value is None:
             continue
         if rule.target is None:
-            if rule.implied is UNSET or value != rule.implied:
+            if (rule.implied is UNSET or value != rule.implied) and not t.is_default(path, value):
                 reason = rule.note or "no native equivalent"
                 t.warn(path, f"= {_short(value)} not imported: {reason}")
             continue
+        if t.is_default(path, value) and inactive_native(rule.target):
+            continue  # the release's default, for a native field without effect: nothing chosen, nothing to say
         try:
             converted = rule.convert(value) if rule.convert else value
         except (ValueError, TypeError) as exc:
             t.error(path, str(exc))
             continue
         t.set(rule.target, converted, path)
+
+
+def inactive_native(path: str) -> bool:
+    """Whether the native field at a dotted path is marked import_only or planned (schema.Inactive);
+    paths through a strategy_config (whose model depends on the strategy) count as active."""
+    model: Any = PipelineConfig
+    parts = path.split(".")
+    index = 0
+    while index < len(parts):
+        name = parts[index]
+        info = model.model_fields.get(name) if model is not None else None
+        if info is None or name == "strategy_args":
+            return False
+        if index == len(parts) - 1:
+            return field_status(model, name)[0] != "acts"
+        models, is_dict = models_in(info.annotation)
+        model = models[0] if len(models) == 1 else None
+        index += 2 if is_dict else 1
+    return False
+
+
+def _without_effect(t: Translation, path: str, value: Any) -> None:
+    """A key of the framework without a native home: reported when set to other than its default."""
+    if value is None or value == {} or t.is_default(path, value):
+        return
+    assert t.surface is not None
+    t.warn(path, f"= {_short(value)} not imported: {t.surface.reason(path)}")
 
 
 def _short(value: Any) -> str:

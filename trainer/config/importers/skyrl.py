@@ -4,11 +4,15 @@ SkyRL counts `policy_mini_batch_size` in prompts (× `n_samples_per_prompt` samp
 `micro_train_batch_size_per_gpu` in samples: gradient_accumulation_steps = mini × n / (micro × dp).
 `trainer.placement` becomes device_mapping: with `colocate_all` every role shares the policy's
 devices; otherwise policy, reference (unless colocate_policy_ref), critic and the inference engines
-get consecutive blocks of devices.
+get consecutive blocks of devices. Releases from 2026 keep the engine settings under
+`generator.inference_engine` (`num_engines`, `tensor_parallel_size`, …): both spellings are read.
+The KL estimator is `kl_estimator_type` (v0.1 on), or the older `use_kl_estimator_k3` / `use_abs_kl`
+when those are set. `generator.max_turns` above 1 (multi-turn environments) is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -32,8 +36,29 @@ T = "trainer"
 G = "generator"
 ALG = f"{T}.algorithm"
 PL = f"{T}.placement"
-STRATEGY = choice({"fsdp": "fsdp2_train", "fsdp2": "fsdp2_train", "deepspeed": "deepspeed_train"}, "strategy")
-FORWARD = {"fsdp2_train": "fsdp2_infer", "deepspeed_train": "deepspeed_infer"}
+STRATEGY = choice({"fsdp": "fsdp2_train", "fsdp2": "fsdp2_train", "deepspeed": "deepspeed_train",
+                   "megatron": "megatron_train"}, "strategy")
+FORWARD = {"fsdp2_train": "fsdp2_infer", "deepspeed_train": "deepspeed_infer", "megatron_train": "megatron_infer"}
+KL_TYPE = choice({"k1": "kl", "k2": "mse", "k3": "low_var_kl", "abs": "abs"}, "kl_estimator_type")
+POLICY_LOSS = {"regular": ("ppo", False), "dual_clip": ("ppo", True), "gspo": ("gspo", False)}
+LOSS_REDUCTION = choice({"token_mean": "token-mean", "sequence_mean": "seq-mean-token-mean",
+                         "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}, "loss_reduction")
+SCHEDULER = choice({"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine",
+                    "cosine_with_warmup": "cosine", "cosine_with_min_lr": "cosine", "linear": "linear",
+                    "linear_with_warmup": "linear"}, "scheduler")
+KL_CTRL = choice({"fixed": "fixed", "adaptive": "adaptive"}, "kl_ctrl type")
+# Engine settings: older releases write them flat under generator, 2026 under generator.inference_engine.
+ENGINE_KEYS = {"model_dtype": "model_dtype", "run_engines_locally": "run_engines_locally",
+               "num_inference_engines": "num_engines", "backend": "backend", "weight_sync_backend": "weight_sync_backend",
+               "inference_engine_tensor_parallel_size": "tensor_parallel_size", "async_engine": "async_engine",
+               "vllm_v1_disable_multiproc": "vllm_v1_disable_multiproc", "enable_prefix_caching": "enable_prefix_caching",
+               "enable_chunked_prefill": "enable_chunked_prefill", "max_num_batched_tokens": "max_num_batched_tokens",
+               "enforce_eager": "enforce_eager", "gpu_memory_utilization": "gpu_memory_utilization",
+               "max_num_seqs": "max_num_seqs", "remote_inference_engine_urls": "remote_urls",
+               "override_existing_update_group": "override_existing_update_group",
+               "inference_engine_pipeline_parallel_size": "pipeline_parallel_size"}
+MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                  "expert_model_parallel_size", "expert_tensor_parallel_size")
 ADV = choice({"grpo": "grpo", "gae": "gae", "rloo": "rloo", "reinforce++": "reinforce_plus_plus",
               "reinforce_plus_plus": "reinforce_plus_plus"}, "advantage_estimator")
 LOSS_TYPE = choice({"regular": False, "dual_clip": True}, "ppo_loss_type")
@@ -55,6 +80,16 @@ def _logger(value: Any) -> str:
 
 def _batched(value: bool) -> int:
     return 0 if value else 1  # batched: the whole batch in one generate call (generate_opt_level 0)
+
+
+def _lora_rank(value: int) -> int | None:
+    return value if value > 0 else None  # SkyRL: rank 0 trains all weights
+
+
+def engine_path(t: Translation, legacy: str) -> str:
+    """Where the file sets an engine setting: generator.inference_engine.<new name> (2026) or generator.<legacy>."""
+    nested = f"{G}.inference_engine.{ENGINE_KEYS[legacy]}"
+    return nested if t.has(nested) else f"{G}.{legacy}"
 
 
 def _model_rules(src: str, role: str) -> list[Rule]:
@@ -79,6 +114,9 @@ def _model_rules(src: str, role: str) -> list[Rule]:
             Rule(f"{src}.optimizer_config.max_grad_norm", f"{ta}.max_grad_norm", 0.7),
             Rule(f"{src}.optimizer_config.offload_after_step", None, False, implied=True,
                  note="colocated roles always offload their optimizer state between phases"),
+            Rule(f"{src}.optimizer_config.num_warmup_steps", f"{ta}.warmup_steps", 7),
+            Rule(f"{src}.optimizer_config.scheduler", f"{ta}.lr_scheduler_type", "cosine", SCHEDULER,
+                 "constant(_with_warmup) → constant, cosine(_with_warmup, _with_min_lr) → cosine, linear → linear"),
             Rule(f"{src}.model.path", "pretrain" if role == "actor_train" else f"{role}.model_args.model_name_or_path",
                  "/models/m", note="the policy model also loads into actor_infer and reference"
                  if role == "actor_train" else "a critic is created when this is set"),
@@ -87,7 +125,21 @@ def _model_rules(src: str, role: str) -> list[Rule]:
         rules += [
             Rule(f"{src}.use_torch_compile", None, True, implied=False, note="entropy is computed eagerly"),
             Rule(f"{src}.record_memory", None, True, implied=False, note=NO_DEBUG),
+            Rule(f"{src}.model.lora.rank", f"{role}.model_args.lora_rank", 16, _lora_rank, "0 trains all weights"),
+            Rule(f"{src}.model.lora.alpha", f"{role}.model_args.lora_alpha", 32, derived=True,
+                 note="used when lora.rank > 0"),
+            Rule(f"{src}.model.lora.target_modules", f"{role}.model_args.lora_target", "q_proj,v_proj", derived=True,
+                 note="used when lora.rank > 0"),
+            *[Rule(f"{src}.megatron_config.{key}", f"{cfg}.{key}", 2, note="used when trainer.strategy is megatron; "
+                   "also the reference's") for key in MEGATRON_SIZES],
+            Rule(f"{src}.megatron_config.ddp_config.overlap_grad_reduce", f"{cfg}.overlap_grad_reduce", True,
+                 note="used when trainer.strategy is megatron"),
+            Rule(f"{src}.megatron_config.ddp_config.overlap_param_gather", f"{cfg}.overlap_param_gather", True,
+                 note="used when trainer.strategy is megatron"),
         ]
+    if role == "reference":
+        rules.append(Rule(f"{src}.model.path", f"{role}.model_args.model_name_or_path", "/models/ref",
+                          note="unset: the policy model"))
     return rules
 
 
@@ -163,13 +215,25 @@ RULES: list[Rule] = [
     *_model_rules(f"{T}.policy", "actor_train"),
     *_model_rules(f"{T}.critic", "critic"),
     *_model_rules(f"{T}.ref", "reference"),
-    Rule("deepspeed_config", None, {"train": {"zero_optimization": {"stage": 3}}}, derived=True,
+    Rule("deepspeed_config", None, {"train": {"zero_optimization": {"stage": 1}}}, derived=True,
          note="templates that trainer.*.deepspeed_config reference; their values arrive through them"),
     # algorithm
     Rule(f"{ALG}.advantage_estimator", "adv_estimator", "gae", ADV),
+    Rule(f"{ALG}.kl_estimator_type", "kl_penalty", "k2", derived=True,
+         note="k1 → kl, k2 → mse, k3 → low_var_kl, abs → abs; the older use_kl_estimator_k3 / use_abs_kl win when true"),
     Rule(f"{ALG}.use_kl_estimator_k3", "kl_penalty", False, derived=True,
-         note="true → low_var_kl; else use_abs_kl true → abs; else kl"),
+         note="true → low_var_kl; else use_abs_kl true → abs; else kl_estimator_type (before v0.1: kl)"),
     Rule(f"{ALG}.use_abs_kl", "kl_penalty", True, derived=True, note="see use_kl_estimator_k3"),
+    Rule(f"{ALG}.kl_ctrl.type", "kl_ctrl_type", "adaptive", KL_CTRL, "the controller of KL in the reward"),
+    Rule(f"{ALG}.kl_ctrl.kl_target", "target_kl", 0.05, derived=True, note="used when kl_ctrl.type is adaptive"),
+    Rule(f"{ALG}.kl_ctrl.horizon", "kl_horizon", 5000),
+    Rule(f"{ALG}.policy_loss_type", "policy_loss", "gspo", derived=True,
+         note="regular → ppo, dual_clip → ppo with dual_clip_loss, gspo → gspo; other losses are refused"),
+    Rule(f"{ALG}.loss_reduction", "loss_agg_mode", "sequence_mean", LOSS_REDUCTION),
+    Rule(f"{ALG}.grpo_norm_by_std", "norm_adv_by_std_in_grpo", False),
+    Rule(f"{ALG}.use_entropy_loss", "entropy_loss_coef", True, derived=True,
+         note="entropy_loss_coef = entropy_loss_coef when true, else 0"),
+    Rule(f"{ALG}.entropy_loss_coef", "entropy_loss_coef", 0.02, derived=True, note="used when use_entropy_loss"),
     Rule(f"{ALG}.use_kl_in_reward", "add_token_level_kl", True, derived=True,
          note="KL in the reward with coefficient kl_loss_coef (init_kl_coef); exclusive with use_kl_loss"),
     Rule(f"{ALG}.use_kl_loss", "use_kl_loss", False),
@@ -199,7 +263,7 @@ RULES: list[Rule] = [
          "actor_infer.strategy_args.strategy_config.tensor_parallel_size", 2),
     Rule(f"{G}.n_samples_per_prompt", "num_return_sequences_in_group", 6),
     Rule(f"{G}.async_engine", None, False, implied=True, note="the engine always runs asynchronously"),
-    Rule(f"{G}.batched", "generate_opt_level", False, _batched,
+    Rule(f"{G}.batched", "generate_opt_level", True, _batched,
          "true → 0 (whole batch at once), false → 1 (requests streamed through a scheduler)"),
     Rule(f"{G}.max_input_length", "prompt_length", 777, derived=True,
          note="multi-turn input limit; must equal trainer.max_prompt_length for single-turn RLVR"),
@@ -212,7 +276,8 @@ RULES: list[Rule] = [
     Rule(f"{G}.vllm_v1_disable_multiproc", None, True, implied=False, note="engine processes are managed by vLLM"),
     Rule(f"{G}.remote_inference_engine_urls", None, ["10.0.0.1:8001"], derived=True,
          note="used only when run_engines_locally is false (not supported)"),
-    Rule(f"{G}.max_turns", None, 3, implied=1, note="multi-turn generation is not part of the RLVR pipeline"),
+    Rule(f"{G}.max_turns", None, 3, derived=True,
+         note="above 1 is refused: SkyRL's multi-turn environments are not supported here"),
     Rule(f"{G}.override_existing_update_group", None, "enable", implied="auto",
          note="applies to remote engines only"),
     Rule(f"{G}.sampling_params.max_generate_length", "response_length", 555,
@@ -221,6 +286,12 @@ RULES: list[Rule] = [
     Rule(f"{G}.sampling_params.top_p", "actor_infer.generating_args.top_p", 0.9),
     Rule(f"{G}.sampling_params.min_p", "actor_infer.generating_args.min_p", 0.05),
     Rule(f"{G}.sampling_params.top_k", "actor_infer.generating_args.top_k", 40),
+    Rule(f"{G}.sampling_params.stop", "actor_infer.generating_args.stop_strings", ["</answer>"]),
+    Rule(f"{G}.sampling_params.repetition_penalty", "actor_infer.generating_args.repetition_penalty", 1.1),
+    Rule(f"{T}.flash_attn", None, False, implied=True,
+         note="the attention kernel is model_args.attn_implementation (unset: the model's default)"),
+    Rule(f"{T}.bf16", None, False, implied=True, note="precision follows model_args.dtype and the strategy's "
+         "mixed precision"),
     Rule(f"{G}.use_conversation_multi_turn", None, True, implied=False,
          note="multi-turn generation is not part of the RLVR pipeline"),
     Rule(f"{G}.eval_sampling_params.max_generate_length", "validation.generating_args.max_new_tokens", 555),
@@ -235,6 +306,9 @@ RULES: list[Rule] = [
          note="rewards are built-in functions (rewards.*.reward_type); gsm8k is imported as math_rule"),
 ]
 
+RULES += [dataclasses.replace(rule, source=f"{G}.inference_engine.{ENGINE_KEYS[rule.source.rpartition('.')[2]]}")
+          for rule in RULES if rule.source.startswith(f"{G}.") and rule.source.rpartition(".")[2] in ENGINE_KEYS]
+
 # SkyRL's own defaults (ppo_base_config) where the native default means something else.
 DEFAULTS: dict[str, Any] = {
     T: {
@@ -245,22 +319,29 @@ DEFAULTS: dict[str, Any] = {
         "micro_train_batch_size_per_gpu": 1, "micro_forward_batch_size_per_gpu": 1, "update_epochs_per_batch": 1,
         "max_prompt_length": 512, "gradient_checkpointing": True, "seed": 42, "eval_interval": 5,
         "ckpt_interval": 10, "logger": "wandb",
-        "algorithm": {"advantage_estimator": "grpo", "use_kl_estimator_k3": True, "use_abs_kl": False,
-                      "use_kl_in_reward": False, "use_kl_loss": True, "kl_loss_coef": 0.001,
-                      "advantage_batch_normalize": False, "ppo_loss_type": "regular", "lambd": 1.0, "gamma": 1.0,
+        "algorithm": {"advantage_estimator": "grpo", "use_kl_in_reward": False, "use_kl_loss": True,
+                      "kl_loss_coef": 0.001, "advantage_batch_normalize": False, "lambd": 1.0, "gamma": 1.0,
                       "eps_clip_low": 0.2, "eps_clip_high": 0.2, "clip_ratio_c": 3.0},
         "policy": {"optimizer_config": {"lr": 1e-6, "adam_betas": [0.9, 0.999], "weight_decay": 1e-2,
                                         "max_grad_norm": 1.0}},
     },
-    G: {"backend": "vllm", "num_inference_engines": 1, "inference_engine_tensor_parallel_size": 4,
-        "n_samples_per_prompt": 5, "run_engines_locally": True,
+    G: {"n_samples_per_prompt": 5,
         "sampling_params": {"max_generate_length": 1024, "temperature": 1.0, "top_p": 1.0, "min_p": 0.0,
                             "top_k": -1}},
 }
+# SkyRL's engine defaults (flat or under generator.inference_engine, whichever the file uses).
+ENGINE_DEFAULTS = {"backend": "vllm", "num_inference_engines": 1, "inference_engine_tensor_parallel_size": 4,
+                   "run_engines_locally": True}
 
 
 def finish(t: Translation) -> None:
+    if t.int(f"{G}.max_turns", 1) > 1:
+        t.error(f"{G}.max_turns", f"{t.get(f'{G}.max_turns')} is refused: SkyRL's multi-turn environments are not "
+                "supported (the agentic pipeline plays ROLL environments: train_env_manager, custom_envs), and running "
+                "single-turn would train something else; set 1 "
+                "for a single-turn task")
     _kl(t)
+    _losses(t)
     has_critic = t.has(f"{T}.critic.model.path")
     if not has_critic:
         t.native.pop("critic", None)
@@ -270,6 +351,8 @@ def finish(t: Translation) -> None:
             warn_unused(t, prefix, why)
         if t.get(f"{ALG}.advantage_estimator") == "gae":
             t.error(f"{T}.critic.model.path", "advantage_estimator gae needs a critic model; set its path")
+    if not has_critic and not t.written(f"{ALG}.value_clip"):
+        t.native.pop("value_clip", None)  # SkyRL's default value clip; without a critic nothing uses it
     _strategies(t, has_critic)
     _placement(t, has_critic)
     _batches(t, has_critic)
@@ -278,6 +361,7 @@ def finish(t: Translation) -> None:
     t.native["rewards"] = {"math": {"reward_type": "math_rule"}}
     if t.written("deepspeed_config") and t.get(f"{T}.strategy") != "deepspeed":
         warn_unused(t, "deepspeed_config", "DeepSpeed templates are used only when trainer.strategy is deepspeed")
+    _lora(t)
     if t.has("data.val_data"):
         val = t.native.setdefault("validation", {})
         val.setdefault("generating_args", {})
@@ -295,15 +379,59 @@ def _kl(t: Translation) -> None:
     t.origin.setdefault("add_token_level_kl", f"{ALG}.use_kl_in_reward")
     if in_reward:
         t.set("init_kl_coef", t.get(f"{ALG}.kl_loss_coef", 0.001), f"{ALG}.kl_loss_coef")
+    if in_reward and t.get(f"{ALG}.kl_ctrl.type") == "adaptive" and t.has(f"{ALG}.kl_ctrl.kl_target"):
+        t.set("target_kl", t.float(f"{ALG}.kl_ctrl.kl_target"), f"{ALG}.kl_ctrl.kl_target")
+    elif t.written(f"{ALG}.kl_ctrl.kl_target"):
+        t.warn(f"{ALG}.kl_ctrl.kl_target", "not imported: used only by an adaptive controller of KL in the reward "
+               "(use_kl_in_reward with kl_ctrl.type adaptive)")
     if t.get(f"{ALG}.use_kl_estimator_k3"):
         estimator = "low_var_kl"
         if t.get(f"{ALG}.use_abs_kl"):
             t.warn(f"{ALG}.use_abs_kl", "= True not imported: use_kl_estimator_k3 takes precedence, as in SkyRL")
     elif t.get(f"{ALG}.use_abs_kl"):
         estimator = "abs"
+    elif t.has(f"{ALG}.kl_estimator_type"):
+        try:
+            estimator = KL_TYPE(t.get(f"{ALG}.kl_estimator_type"))
+        except ValueError as exc:
+            t.error(f"{ALG}.kl_estimator_type", str(exc))
+            return
+    elif t.has(f"{ALG}.use_kl_estimator_k3"):
+        estimator = "kl"  # before v0.1: use_kl_estimator_k3 false and use_abs_kl false meant k1
     else:
-        estimator = "kl"
+        estimator = "low_var_kl"  # SkyRL's default (k3) in every release
     t.native["kl_penalty"] = estimator
+
+
+def _losses(t: Translation) -> None:
+    """policy_loss_type (v0.1 on) and the entropy bonus; the older ppo_loss_type is a rule of its own."""
+    kind = t.get(f"{ALG}.policy_loss_type")
+    if kind is not None:
+        if kind not in POLICY_LOSS:
+            t.error(f"{ALG}.policy_loss_type", f"{kind!r} is not built; valid here: {', '.join(POLICY_LOSS)}")
+        else:
+            loss, dual = POLICY_LOSS[kind]
+            t.set("policy_loss", loss, f"{ALG}.policy_loss_type")
+            t.set("dual_clip_loss", dual, f"{ALG}.policy_loss_type")
+    if t.get(f"{ALG}.use_entropy_loss"):
+        t.set("entropy_loss_coef", t.float(f"{ALG}.entropy_loss_coef", 0.01), f"{ALG}.entropy_loss_coef")
+    elif t.written(f"{ALG}.entropy_loss_coef"):
+        t.warn(f"{ALG}.entropy_loss_coef", "not imported: use_entropy_loss is false")
+
+
+def _lora(t: Translation) -> None:
+    lora = f"{T}.policy.model.lora"
+    if (t.get(f"{lora}.rank") or 0) <= 0:
+        for key in ("alpha", "target_modules"):
+            if t.written(f"{lora}.{key}"):
+                t.warn(f"{lora}.{key}", f"= {t.get(f'{lora}.{key}')!r} not imported: used only when lora.rank > 0")
+        return
+    if t.has(f"{lora}.alpha"):
+        t.set("actor_train.model_args.lora_alpha", t.int(f"{lora}.alpha"), f"{lora}.alpha")
+    target = t.get(f"{lora}.target_modules")
+    if target is not None:
+        text = ",".join(str(x) for x in target) if isinstance(target, list) else str(target)
+        t.set("actor_train.model_args.lora_target", text, f"{lora}.target_modules")
 
 
 def _strategies(t: Translation, has_critic: bool) -> None:
@@ -323,6 +451,9 @@ def _strategies(t: Translation, has_critic: bool) -> None:
         args["strategy_name"] = name
         cfg = args.setdefault("strategy_config", {})
         ds_path = f"{T}.{src}.deepspeed_config"
+        if role == "reference" and train == "megatron_train":
+            policy = t.native["actor_train"]["strategy_args"].get("strategy_config", {})
+            cfg.update({k: v for k, v in policy.items() if k in MEGATRON_SIZES})
         if train == "deepspeed_train":
             cfg.update(fit_to_model(t, t.get(ds_path, {}), DeepSpeedConfig, ds_path))
         elif t.written(ds_path):
@@ -354,15 +485,20 @@ def _block(t: Translation, role: str) -> tuple[int, int]:
 
 
 def _placement(t: Translation, has_critic: bool) -> None:
-    tp = t.int(f"{G}.inference_engine_tensor_parallel_size", 1)
-    engines = t.int(f"{G}.num_inference_engines", 1)
+    tp_path, engines_path = engine_path(t, "inference_engine_tensor_parallel_size"), engine_path(t, "num_inference_engines")
+    tp = t.int(tp_path, ENGINE_DEFAULTS["inference_engine_tensor_parallel_size"])
+    engines = t.int(engines_path, ENGINE_DEFAULTS["num_inference_engines"])
+    t.native.setdefault("actor_infer", {}).setdefault("strategy_args", {}).setdefault(
+        "strategy_name", ENGINE_DEFAULTS["backend"])
+    if not t.has(tp_path):
+        t.set("actor_infer.strategy_args.strategy_config.tensor_parallel_size", tp, tp_path)
     nodes, per_node = _block(t, "policy")
     policy = nodes * per_node
     engine_devices = engines * tp
     widest = max(per_node, tp)
-    if not t.get(f"{G}.run_engines_locally", True):
-        t.error(f"{G}.run_engines_locally", "false (remote inference engines) is not supported; engines run "
-                "inside the cluster")
+    local = engine_path(t, "run_engines_locally")
+    if not t.get(local, True):
+        t.error(local, "false (remote inference engines) is not supported; engines run inside the cluster")
         return
     colocated_ref = t.get(f"{PL}.colocate_all") or t.get(f"{PL}.colocate_policy_ref")
     if t.get(f"{PL}.colocate_all") and t.written(f"{PL}.colocate_policy_ref"):
@@ -375,8 +511,8 @@ def _placement(t: Translation, has_critic: bool) -> None:
             for key in ("critic_num_nodes", "critic_num_gpus_per_node"):
                 warn_unused(t, f"{PL}.{key}", "unused: colocate_all puts the critic on the policy's devices")
         if engine_devices != policy:
-            t.error(f"{G}.num_inference_engines", f"with colocate_all, num_inference_engines × "
-                    f"inference_engine_tensor_parallel_size = {engines} × {tp} = {engine_devices} must equal the "
+            t.error(engines_path, f"with colocate_all, {engines_path.rpartition('.')[2]} × "
+                    f"{tp_path.rpartition('.')[2]} = {engines} × {tp} = {engine_devices} must equal the "
                     f"policy's policy_num_nodes × policy_num_gpus_per_node = {policy}")
         layout = {"actor_train": devices(0, policy), "actor_infer": devices(0, policy),
                   "reference": devices(0, policy)}
@@ -415,8 +551,7 @@ def _batches(t: Translation, has_critic: bool) -> None:
         path = f"{T}.{src}_mini_batch_size"
         mini = t.int(path, 256)
         section = t.native.get(role, {})
-        sp = int(section.get("strategy_args", {}).get("strategy_config", {}).get("ulysses_sequence_parallel_size", 1))
-        dp = max(1, len(section.get("device_mapping") or [0]) // sp)
+        dp = max(1, len(section.get("device_mapping") or [0]) // _model_parallel(section))
         if mini <= 0 or train_batch % mini:
             t.error(path, f"{mini} must divide trainer.train_batch_size = {train_batch} (SkyRL takes whole "
                     "mini-batches from each batch)")
@@ -429,6 +564,15 @@ def _batches(t: Translation, has_critic: bool) -> None:
             continue
         t.native.setdefault(role, {}).setdefault("training_args", {})["gradient_accumulation_steps"] = (
             samples // (micro * dp))
+
+
+def _model_parallel(section: dict[str, Any]) -> int:
+    """Ranks that share one model copy: Ulysses SP (FSDP) or TP × PP × CP (Megatron)."""
+    cfg = section.get("strategy_args", {}).get("strategy_config", {})
+    if str(section.get("strategy_args", {}).get("strategy_name", "")).startswith("megatron"):
+        return int(cfg.get("tensor_model_parallel_size") or 1) * int(cfg.get("pipeline_model_parallel_size") or 1) \
+            * int(cfg.get("context_parallel_size") or 1)
+    return int(cfg.get("ulysses_sequence_parallel_size", 1))
 
 
 def _schedule(t: Translation) -> None:
@@ -459,5 +603,6 @@ def _generation(t: Translation) -> None:
     if limit is not None and limit != prompt:
         t.warn(f"{G}.max_input_length", f"= {limit} not imported: it limits multi-turn inputs; single-turn prompts "
                f"are limited by prompt_length = {prompt}")
-    if t.written(f"{G}.remote_inference_engine_urls"):
-        warn_unused(t, f"{G}.remote_inference_engine_urls", "remote inference engines are not supported")
+    urls = engine_path(t, "remote_inference_engine_urls")
+    if t.written(urls):
+        warn_unused(t, urls, "remote inference engines are not supported")

@@ -4,7 +4,11 @@ verl counts `ppo_mini_batch_size` in prompts (multiplied by `rollout.n` at run t
 `ppo_micro_batch_size_per_gpu` in samples per GPU; the native config counts both in samples per
 rank: per_device_train_batch_size = micro, gradient_accumulation_steps = mini × n / (micro × dp).
 verl's hybrid engine puts actor, rollout and reference (and critic) on all `nnodes × n_gpus_per_node`
-devices, taking turns: every role gets that whole device_mapping.
+devices, taking turns: every role gets that whole device_mapping. With Megatron the data-parallel size
+is GPUs / (TP × PP × CP). A critic exists when `critic.enable` is true or, unset, when adv_estimator is
+gae. Multi-turn rollouts (`rollout.multi_turn.enable: true`) are refused: the agentic pipeline plays
+ROLL environments, not verl's tools and interactions. The DAPO recipe's filter_groups become
+difficulty_mask (without DAPO's extra sampling of replacement prompts).
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ ARR = "actor_rollout_ref"
 TRAIN_STRATEGY = choice({"fsdp": "fsdp2_train", "fsdp2": "fsdp2_train", "megatron": "megatron_train"}, "strategy")
 ROLLOUT_ENGINE = choice({"vllm": "vllm", "sglang": "sglang", "hf": "hf_infer"}, "rollout name")
 LOAD_FORMAT = choice(
-    {"dummy_dtensor": "dummy", "dummy_hf": "dummy", "dummy_megatron": "dummy", "dtensor": "auto", "hf": "auto",
-     "megatron": "auto", "auto": "auto", "safetensors": "safetensors"},
+    {"dummy": "dummy", "dummy_dtensor": "dummy", "dummy_hf": "dummy", "dummy_megatron": "dummy", "dtensor": "auto",
+     "hf": "auto", "megatron": "auto", "auto": "auto", "safetensors": "safetensors"},
     "load_format",
 )
+LOSS_MODE = choice({"vanilla": "ppo", "gspo": "gspo"}, "policy_loss.loss_mode (other verl loss modes are not built)")
+LR_DECAY = choice({"constant": "constant", "linear": "linear", "cosine": "cosine"}, "lr_decay_style")
+MEGATRON_OPTIMIZER = choice({"adam": "adamw", "adamw": "adamw", "sgd": "sgd"}, "optimizer")
+FILTER_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
 WARMUP_STYLE = choice({"constant": "constant", "cosine": "cosine", "linear": "linear"}, "warmup_style")
 ADV_ESTIMATOR = choice(
     {"gae": "gae", "grpo": "grpo", "reinforce_plus_plus": "reinforce_plus_plus",
@@ -50,6 +58,7 @@ TRAIN_OFFLOAD = ("param_offload", "grad_offload", "optimizer_offload", "offload_
 NO_CODE = "code named in a config is never imported; models and tokenizers load from their path"
 NO_PACKING = "padding-free (remove-padding) packing is not implemented; batches are padded"
 FSDP2_WRAP = "FSDP2 shards each decoder layer; the wrap policy is fixed"
+MULTI_TURN = "applies only with multi_turn.enable, which is refused"
 
 
 def _logger(value: Any) -> str:
@@ -70,6 +79,14 @@ def _warmup_steps(value: int) -> int:
     return max(value, 0)  # verl: -1 means "use lr_warmup_steps_ratio", as 0 does here
 
 
+def _positive_or_unset(value: int) -> int | None:
+    return value if value > 0 else None  # verl: -1 (or 0) means "no limit"
+
+
+def _lora_rank(value: int) -> int | None:
+    return value if value > 0 else None  # verl: 0 trains all weights
+
+
 def _optim_rules(src: str, role: str) -> list[Rule]:
     ta = f"{role}.training_args"
     return [
@@ -81,6 +98,13 @@ def _optim_rules(src: str, role: str) -> list[Rule]:
         Rule(f"{src}.weight_decay", f"{ta}.weight_decay", 0.03),
         Rule(f"{src}.total_training_steps", None, 77, implied=-1,
              note="verl injects it at run time; here the schedule length follows max_steps"),
+        Rule(f"{src}.clip_grad", f"{ta}.max_grad_norm", 0.7, note="Megatron's name for grad_clip"),
+        Rule(f"{src}.betas", f"{ta}.adam_beta1", [0.8, 0.95], derived=True, note="[beta1, beta2] → adam_beta1, "
+             "adam_beta2 (Megatron optimizer)"),
+        Rule(f"{src}.optimizer", f"{ta}.optim", "sgd", MEGATRON_OPTIMIZER, "Megatron's adam is AdamW (decoupled decay)"),
+        Rule(f"{src}.lr_decay_style", f"{ta}.lr_scheduler_type", "cosine", LR_DECAY,
+             "Megatron's schedule name; warmup-stable-decay styles are not available"),
+        Rule(f"{src}.min_lr", f"{ta}.min_lr_ratio", 1e-7, derived=True, note="min_lr_ratio = min_lr / lr"),
     ]
 
 
@@ -109,6 +133,40 @@ def _micro_rules(src: str, role: str, per_gpu: str, global_: str, target: str, w
     ]
 
 
+MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+                  "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size")
+MEGATRON_EXAMPLES = {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2,
+                     "virtual_pipeline_model_parallel_size": 2, "context_parallel_size": 2,
+                     "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 2}
+
+
+def _megatron_rules(src: str, role: str, train: bool) -> list[Rule]:
+    """actor/ref/critic `megatron.*`: parallel sizes, offload and distributed checkpoints (MegatronConfig)."""
+    cfg = f"{role}.strategy_args.strategy_config"
+    rules = [Rule(f"{src}.{key}", f"{cfg}.{key}", MEGATRON_EXAMPLES[key], note="Megatron only")
+             for key in MEGATRON_SIZES]
+    rules += [
+        Rule(f"{src}.sequence_parallel", f"{cfg}.sequence_parallel", False, note="Megatron only"),
+        Rule(f"{src}.param_offload", f"{cfg}.param_offload", True, note="Megatron only"),
+        Rule(f"{src}.use_dist_checkpointing", f"{cfg}.use_dist_checkpointing", True, note="Megatron only"),
+        Rule(f"{src}.dist_checkpointing_path", f"{cfg}.dist_checkpointing_path", "/ckpt/dist", note="Megatron only"),
+    ]
+    if train:
+        rules += [
+            Rule(f"{src}.grad_offload", f"{cfg}.grad_offload", True, note="Megatron only"),
+            Rule(f"{src}.optimizer_offload", f"{cfg}.optimizer_offload", True, note="Megatron only"),
+            Rule(f"{src}.use_distributed_optimizer", f"{cfg}.use_distributed_optimizer", False, note="Megatron only"),
+        ]
+    else:
+        rules.append(Rule(f"{src}.use_distributed_optimizer", None, True, implied=False,
+                          note="a forward-only role has no optimizer"))
+    if src == f"{ARR}.actor.megatron":
+        rules += [Rule(f"{src}.override_transformer_config.{key}", f"{cfg}.{key}", example, note="Megatron only")
+                  for key, example in (("recompute_granularity", "selective"), ("recompute_method", "block"),
+                                       ("recompute_num_layers", 2))]
+    return rules
+
+
 RULES: list[Rule] = [
     # data
     Rule("data.tokenizer", None, "/models/tok", note="the tokenizer is loaded from the model path"),
@@ -133,6 +191,31 @@ RULES: list[Rule] = [
     Rule("data.filter_overlong_prompts_workers", None, 4, note="no prompt filtering pass"),
     Rule("data.reward_fn_key", "actor_train.data_args.tag", "source",
          note="the column naming each sample's domain, which rewards select on (tag_included)"),
+    Rule("data.validation_shuffle", "validation.data_args.shuffle", True, derived=True,
+         note="used when data.val_files creates the validation section"),
+    Rule("data.seed", "actor_train.training_args.data_seed", 7),
+    Rule("data.train_max_samples", "actor_train.data_args.max_samples", 100, _positive_or_unset, "-1: all rows"),
+    Rule("data.val_max_samples", "validation.data_args.max_samples", 50, derived=True,
+         note="-1: all rows; used when data.val_files creates the validation section"),
+    Rule("data.dataloader_num_workers", None, 2, implied=8, note="prompts are tokenized once, in the driver"),
+    # DAPO recipe (recipe/dapo: dynamic sampling and overlong reward shaping)
+    Rule("data.gen_batch_size", "rollout_batch_size", 96, derived=True,
+         note="DAPO draws gen_batch_size prompts to refill filtered groups; here the batch is train_batch_size "
+         "and filtered groups are left out (reported when it differs)"),
+    Rule("algorithm.filter_groups.enable", "difficulty_mask", True, derived=True,
+         note="true with metric acc/score/seq_reward → difficulty_mask (groups that are all right or all wrong "
+         "are left out of the loss, without DAPO's replacement sampling)"),
+    Rule("algorithm.filter_groups.metric", "difficulty_mask", "seq_reward", derived=True,
+         note="acc, score, seq_reward, seq_final_reward"),
+    Rule("algorithm.filter_groups.max_num_gen_batches", None, 10, implied=0,
+         note="replacement prompts are not drawn; filtered groups shrink the batch"),
+    Rule("reward_model.overlong_buffer.enable", None, True, implied=False,
+         note="DAPO's overlong reward shaping is not built (a per-token length penalty is planned)"),
+    Rule("reward_model.overlong_buffer.len", None, 512, implied=0, note="DAPO's overlong reward shaping is not built"),
+    Rule("reward_model.overlong_buffer.penalty_factor", None, 1.0, implied=0.0,
+         note="DAPO's overlong reward shaping is not built"),
+    Rule("reward_model.overlong_buffer.log", None, True, implied=False, note="DAPO's overlong reward shaping is not "
+         "built"),
     Rule("data.custom_cls.path", None, "/code/ds.py", note=NO_CODE),
     Rule("data.custom_cls.name", None, "MyDataset", note=NO_CODE),
     Rule("data.image_key", None, "pixels", implied="images", note="multi-modal prompts are not supported"),
@@ -150,6 +233,11 @@ RULES: list[Rule] = [
          False, _not, "inverted: disable_gradient_checkpointing = not enable_gradient_checkpointing"),
     Rule(f"{ARR}.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
     Rule(f"{ARR}.model.trust_remote_code", "actor_train.model_args.trust_remote_code", True),
+    Rule(f"{ARR}.model.lora_rank", "actor_train.model_args.lora_rank", 16, _lora_rank, "0 trains all weights"),
+    Rule(f"{ARR}.model.lora_alpha", "actor_train.model_args.lora_alpha", 32, derived=True,
+         note="used when lora_rank > 0"),
+    Rule(f"{ARR}.model.target_modules", "actor_train.model_args.lora_target", "q_proj,v_proj", derived=True,
+         note="used when lora_rank > 0 (a list becomes a comma-separated string)"),
     Rule(f"{ARR}.model.use_liger", None, True, implied=False, note="Liger kernels are not used"),
     Rule(f"{ARR}.model.return_last_hidden_state", None, True, implied=False, note="not needed by the losses here"),
     Rule(f"{ARR}.model.use_fused_loss", None, True, implied=False, note="log-probs are computed unfused"),
@@ -168,6 +256,8 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.actor.clip_ratio_low", "pg_clip_low", 0.18),
     Rule(f"{ARR}.actor.clip_ratio_high", "pg_clip_high", 0.28),
     Rule(f"{ARR}.actor.clip_ratio_c", "clip_ratio_c", 4.0),
+    Rule(f"{ARR}.actor.policy_loss.loss_mode", "policy_loss", "gspo", LOSS_MODE,
+         "vanilla → ppo, gspo → gspo; other loss modes (clip-cov, kl-cov, gpg, …) are refused"),
     Rule(f"{ARR}.actor.loss_agg_mode", "loss_agg_mode", "seq-mean-token-sum", LOSS_AGG),
     Rule(f"{ARR}.actor.entropy_coeff", "entropy_loss_coef", 0.002),
     Rule(f"{ARR}.actor.use_kl_loss", "use_kl_loss", True),
@@ -184,12 +274,14 @@ RULES: list[Rule] = [
          note="FSDP only; the data-parallel size becomes GPUs / this"),
     *_optim_rules(f"{ARR}.actor.optim", "actor_train"),
     *_fsdp_rules(f"{ARR}.actor.fsdp_config", "actor_train", TRAIN_OFFLOAD),
+    *_megatron_rules(f"{ARR}.actor.megatron", "actor_train", train=True),
     # reference
     Rule(f"{ARR}.ref.strategy", "reference.strategy_args.strategy_name", "megatron",
          choice({"fsdp": "fsdp2_infer", "fsdp2": "fsdp2_infer", "megatron": "megatron_infer"}, "strategy"),
          "fsdp/fsdp2 → fsdp2_infer, megatron → megatron_infer; unset follows the actor"),
     Rule(f"{ARR}.ref.use_torch_compile", None, False, implied=True, note="the trainer decides on compilation"),
     *_fsdp_rules(f"{ARR}.ref.fsdp_config", "reference", ("param_offload",)),
+    *_megatron_rules(f"{ARR}.ref.megatron", "reference", train=False),
     *_micro_rules(f"{ARR}.ref", "reference", "log_prob_micro_batch_size_per_gpu", "log_prob_micro_batch_size",
                   "infer_batch_size", "reference log-prob micro-batch"),
     Rule(f"{ARR}.ref.log_prob_use_dynamic_bsz", "reference.use_dynamic_bsz", True),
@@ -234,13 +326,13 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.rollout.chat_scheduler", None, "my.Scheduler", note=NO_CODE),
     Rule(f"{ARR}.rollout.use_fire_sampling", None, True, implied=False, note="FIRE sampling is not implemented"),
     Rule(f"{ARR}.rollout.engine_kwargs.swap_space", None, 32, note="the engine's default swap space is used"),
-    Rule(f"{ARR}.rollout.multi_turn.enable", None, True, implied=False,
-         note="multi-turn generation is not part of the RLVR pipeline"),
-    Rule(f"{ARR}.rollout.multi_turn.max_turns", None, 3, note="multi-turn generation is not part of the RLVR pipeline"),
+    Rule(f"{ARR}.rollout.multi_turn.enable", None, True, derived=True,
+         note="true is refused: verl's multi-turn tool and interaction rollouts are not supported here"),
+    Rule(f"{ARR}.rollout.multi_turn.max_turns", None, 3, note=MULTI_TURN),
     Rule(f"{ARR}.rollout.multi_turn.tool_config_path", None, "/tools.yaml",
-         note="multi-turn generation is not part of the RLVR pipeline"),
+         note=MULTI_TURN),
     Rule(f"{ARR}.rollout.multi_turn.format", None, "hermes", implied="chatml",
-         note="multi-turn generation is not part of the RLVR pipeline"),
+         note=MULTI_TURN),
     Rule(f"{ARR}.rollout.val_kwargs.temperature", "validation.generating_args.temperature", 0.6),
     Rule(f"{ARR}.rollout.val_kwargs.top_p", "validation.generating_args.top_p", 0.95),
     Rule(f"{ARR}.rollout.val_kwargs.top_k", "validation.generating_args.top_k", 20),
@@ -260,6 +352,9 @@ RULES: list[Rule] = [
     Rule("critic.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
     Rule("critic.model.trust_remote_code", "critic.model_args.trust_remote_code", True),
     *_fsdp_rules("critic.model.fsdp_config", "critic", TRAIN_OFFLOAD),
+    *_megatron_rules("critic.megatron", "critic", train=True),
+    Rule("critic.enable", "critic", True, derived=True,
+         note="unset: a critic exists exactly when adv_estimator is gae (as in verl)"),
     Rule("critic.rollout_n", "num_return_sequences_in_group", 6, derived=True,
          note="must equal actor_rollout_ref.rollout.n (verl interpolates it)"),
     Rule("critic.checkpoint.contents", None, ["model"],
@@ -283,7 +378,7 @@ RULES: list[Rule] = [
     # reward model
     Rule("reward_model.enable", "rewards", True, derived=True,
          note="true: rewards.reward_model (reward_type reward_model); false: rewards.math (math_rule)"),
-    Rule("reward_model.model.input_tokenizer", None, "/models/policy",
+    Rule("reward_model.model.input_tokenizer", None, "/models/rm-tokenizer",
          note="the reward model always re-tokenizes decoded text with its own tokenizer"),
     Rule("reward_model.model.path", "rewards.reward_model.model_args.model_name_or_path", "/models/rm",
          derived=True, note="used when enable"),
@@ -330,7 +425,7 @@ RULES: list[Rule] = [
     Rule("algorithm.kl_ctrl.type", "kl_ctrl_type", "adaptive", KL_CTRL),
     Rule("algorithm.kl_ctrl.kl_coef", "init_kl_coef", 0.02),
     Rule("algorithm.kl_ctrl.horizon", "kl_horizon", 5000),
-    Rule("algorithm.kl_ctrl.target_kl", "target_kl", 0.05),
+    Rule("algorithm.kl_ctrl.target_kl", "target_kl", 0.05, derived=True, note="used when kl_ctrl.type is adaptive"),
     # trainer
     Rule("trainer.total_epochs", "max_steps", 3, derived=True,
          note="epochs need the dataset size; max_steps comes from total_training_steps when set"),
@@ -358,6 +453,8 @@ RULES: list[Rule] = [
          note="micro-batches are not re-balanced by sequence length across ranks"),
     Rule("trainer.log_val_generations", None, 10, implied=0,
          note="evaluation samples are recorded as rollouts events"),
+    Rule("trainer.val_generations_to_log_to_wandb", None, 10, implied=0,
+         note="older name of log_val_generations; evaluation samples are recorded as rollouts events"),
     Rule("trainer.del_local_ckpt_after_load", None, True, implied=False, note="checkpoints are kept after resuming"),
     Rule("trainer.device", None, "npu", implied="cuda", note="GPU roles run on CUDA (CPU without device_mapping)"),
     Rule("ray_init.num_cpus", None, 16, note="the Ray cluster is started and sized by the platform"),
@@ -373,7 +470,7 @@ DEFAULTS: dict[str, Any] = {
     ARR: {
         "actor": {"strategy": "fsdp", "ppo_mini_batch_size": 256, "clip_ratio": 0.2, "entropy_coeff": 0.001,
                   "use_kl_loss": False, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "ppo_epochs": 1,
-                  "loss_agg_mode": "token-mean", "grad_clip": 1.0,
+                  "loss_agg_mode": "token-mean",
                   "optim": {"lr": 1e-6, "lr_warmup_steps_ratio": 0.0, "warmup_style": "constant",
                             "weight_decay": 0.01}},
         "rollout": {"name": "vllm", "n": 1, "temperature": 1.0, "top_k": -1, "top_p": 1.0,
@@ -389,11 +486,14 @@ DEFAULTS: dict[str, Any] = {
 def finish(t: Translation) -> None:
     n = t.int(f"{ARR}.rollout.n", 1)
     total = t.int("trainer.nnodes", 1) * t.int("trainer.n_gpus_per_node", 8)
-    has_critic = t.has("critic.model.path") or t.get("algorithm.adv_estimator") == "gae"
+    enable = t.get("critic.enable")
+    has_critic = bool(enable) if enable is not None else t.get("algorithm.adv_estimator") == "gae"
     roles = ["actor_train", "actor_infer", "reference"] + (["critic"] if has_critic else [])
     if not has_critic:
         t.native.pop("critic", None)
-        warn_unused(t, "critic", "no critic is created (adv_estimator is not gae and critic.model.path is unset)")
+        warn_unused(t, "critic", "no critic is created (critic.enable is false, or unset and adv_estimator is not "
+                    "gae)")
+    _refuse_multi_turn(t)
     rollout_n = t.get("critic.rollout_n")
     if has_critic and rollout_n is not None and rollout_n != n:
         t.error("critic.rollout_n", f"{rollout_n} differs from actor_rollout_ref.rollout.n = {n}; verl uses "
@@ -417,7 +517,14 @@ def finish(t: Translation) -> None:
     for role, src in (("actor_train", f"{ARR}.actor"), ("critic", "critic")):
         if role in t.native:
             _optimizer_steps(t, role, src, n, _dp(t, role, total))
+    for role, src in (("actor_train", f"{ARR}.actor.optim"), ("critic", "critic.optim")):
+        if role in t.native:
+            _megatron_optimizer(t, role, src)
+    _lora(t)
     _kl(t)
+    _kl_target(t)
+    _dapo(t)
+    _sequence_parallel(t)
     _rewards(t, total)
     _schedule(t)
     _validation(t)
@@ -427,7 +534,8 @@ def finish(t: Translation) -> None:
 
 
 def _offload(t: Translation, src: str, role: str, keys: tuple[str, ...]) -> None:
-    values = {key: bool(t.get(f"{src}.{key}")) for key in keys if t.has(f"{src}.{key}")}
+    chosen = [key for key in keys if t.written(f"{src}.{key}")] or [key for key in keys if t.has(f"{src}.{key}")]
+    values = {key: bool(t.get(f"{src}.{key}")) for key in chosen}
     if not values or role not in t.native:
         return
     offload = any(values.values())
@@ -446,9 +554,98 @@ def _lengths(t: Translation) -> None:
 
 
 def _dp(t: Translation, role: str, total: int) -> int:
-    """verl's data-parallel size: GPUs / Ulysses sequence-parallel size (FSDP); Megatron keys are not read."""
-    cfg = t.native.get(role, {}).get("strategy_args", {}).get("strategy_config", {})
+    """verl's data-parallel size: GPUs / Ulysses sequence-parallel size (FSDP), GPUs / (TP × PP × CP) (Megatron)."""
+    args = t.native.get(role, {}).get("strategy_args", {})
+    cfg = args.get("strategy_config", {})
+    if str(args.get("strategy_name", "")).startswith("megatron"):
+        split = 1
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            split *= int(cfg.get(key) or 1)
+        return max(1, total // split)
     return max(1, total // int(cfg.get("ulysses_sequence_parallel_size", 1)))
+
+
+def _kl_target(t: Translation) -> None:
+    path = "algorithm.kl_ctrl.target_kl"
+    if t.get("algorithm.kl_ctrl.type") == "adaptive" and t.has(path):
+        t.set("target_kl", t.float(path), path)
+    elif t.written(path):
+        t.warn(path, f"= {t.get(path)} not imported: used only when kl_ctrl.type is adaptive")
+
+
+def _sequence_parallel(t: Translation) -> None:
+    """verl switches Megatron sequence parallelism off when TP is 1; so does the import (unless the file chose it)."""
+    for role, src in (("actor_train", f"{ARR}.actor"), ("reference", f"{ARR}.ref"), ("critic", "critic")):
+        cfg = t.native.get(role, {}).get("strategy_args", {}).get("strategy_config", {})
+        tp_one = int(cfg.get("tensor_model_parallel_size") or 1) == 1
+        if cfg.get("sequence_parallel") and tp_one and not t.written(f"{src}.megatron.sequence_parallel"):
+            cfg.pop("sequence_parallel")
+
+
+def _refuse_multi_turn(t: Translation) -> None:
+    path = f"{ARR}.rollout.multi_turn.enable"
+    if t.get(path):
+        t.error(path, "true is refused: verl's multi-turn rollouts (tool calls, interactions) are not supported (the "
+                "agentic pipeline plays ROLL environments: train_env_manager, custom_envs), and running this config "
+                "single-turn would train something else; "
+                "set it to false only for a single-turn task")
+
+
+def _megatron_optimizer(t: Translation, role: str, src: str) -> None:
+    """Megatron optimizer keys that need arithmetic: betas, and min_lr as a fraction of lr."""
+    ta = t.native[role].setdefault("training_args", {})
+    betas = t.get(f"{src}.betas")
+    if betas is not None:
+        if not (isinstance(betas, list | tuple) and len(betas) == 2):
+            t.error(f"{src}.betas", f"{betas!r} must be a list of two numbers, e.g. [0.9, 0.999]")
+        else:
+            ta["adam_beta1"], ta["adam_beta2"] = float(betas[0]), float(betas[1])
+    if t.written(f"{src}.min_lr"):
+        lr = t.float(f"{src}.lr", 1e-6)
+        ratio = t.float(f"{src}.min_lr") / lr if lr else -1.0
+        if not 0 <= ratio <= 1:
+            t.error(f"{src}.min_lr", f"{t.get(f'{src}.min_lr')} must lie between 0 and {src}.lr = {lr}")
+        else:
+            t.set(f"{role}.training_args.min_lr_ratio", ratio, f"{src}.min_lr")
+
+
+def _lora(t: Translation) -> None:
+    model = f"{ARR}.model"
+    if (t.get(f"{model}.lora_rank") or 0) <= 0:
+        for key in ("lora_alpha", "target_modules"):
+            if t.written(f"{model}.{key}"):
+                t.warn(f"{model}.{key}", f"= {t.get(f'{model}.{key}')!r} not imported: used only when lora_rank > 0")
+        return
+    if t.has(f"{model}.lora_alpha"):
+        t.set("actor_train.model_args.lora_alpha", t.int(f"{model}.lora_alpha"), f"{model}.lora_alpha")
+    target = t.get(f"{model}.target_modules")
+    if target is not None:
+        text = ",".join(str(x) for x in target) if isinstance(target, list) else str(target)
+        t.set("actor_train.model_args.lora_target", text, f"{model}.target_modules")
+
+
+def _dapo(t: Translation) -> None:
+    """DAPO's dynamic sampling: filter_groups drops groups whose metric has no spread; here those groups are
+    left out of the loss (difficulty_mask) and no replacement prompts are drawn."""
+    gen, train = t.get("data.gen_batch_size"), t.get("data.train_batch_size")
+    if gen is not None and gen != train:
+        t.warn("data.gen_batch_size", f"= {gen} not imported: no replacement prompts are drawn; each step samples "
+               f"data.train_batch_size = {train} prompts")
+    if not t.get("algorithm.filter_groups.enable"):
+        if t.written("algorithm.filter_groups.metric"):
+            t.warn("algorithm.filter_groups.metric", "not imported: filter_groups.enable is false")
+        return
+    metric = t.get("algorithm.filter_groups.metric", "acc")
+    if metric not in FILTER_METRICS:
+        t.error("algorithm.filter_groups.metric", f"{metric!r}: only a correctness metric can filter groups here "
+                f"(difficulty_mask); valid: {', '.join(FILTER_METRICS)}")
+        return
+    t.set("difficulty_mask", True, "algorithm.filter_groups.enable")
+    t.set("difficulty_low_threshold", 0.0, "algorithm.filter_groups.enable")
+    t.set("difficulty_high_threshold", 1.0, "algorithm.filter_groups.enable")
+    t.warn("algorithm.filter_groups.enable", "imported as difficulty_mask: groups whose responses are all right or "
+           "all wrong are left out of the loss; DAPO's replacement sampling (gen_batch_size, max_num_gen_batches) is "
+           "not done, so such steps train on fewer groups")
 
 
 def _micro_batches(t: Translation, total: int) -> None:
@@ -496,8 +693,8 @@ def _optimizer_steps(t: Translation, role: str, src: str, n: int, dp: int) -> No
             micro = 1
             t.set(micro_path, 1, path)
         else:
-            t.error(f"{src}.ppo_micro_batch_size_per_gpu", "is required (verl refuses a config without a micro-batch "
-                    "size unless use_dynamic_bsz); e.g. 4")
+            t.required(f"{src}.ppo_micro_batch_size_per_gpu", "verl refuses a config without a micro-batch size "
+                       "unless use_dynamic_bsz; e.g. 4")
             return
     samples = mini * n
     if samples % (micro * dp):
@@ -556,12 +753,12 @@ def _rewards(t: Translation, dp: int) -> None:
             section["reward_kwargs"] = {"max_length": t.get("reward_model.max_length")}
         t.native["rewards"] = {"reward_model": section}
         if not t.has("reward_model.model.path"):
-            t.error("reward_model.model.path", "is required when reward_model.enable is true")
+            t.required("reward_model.model.path", "reward_model.enable is true")
         return
     t.native["rewards"] = {"math": {"reward_type": "math_rule"}}
     for key in ("model.path", "micro_batch_size_per_gpu", "micro_batch_size", "max_length",
                 "model.trust_remote_code"):
-        if t.has(f"reward_model.{key}"):
+        if t.written(f"reward_model.{key}"):
             t.warn(f"reward_model.{key}", "not imported: reward_model.enable is false (rule-based reward)")
     t.warn("rewards.math", "verl picks a rule-based score function by data_source; imported as math_rule, which "
            "reads the reference answer from actor_train.data_args.response (verl keeps it in "
@@ -569,9 +766,10 @@ def _rewards(t: Translation, dp: int) -> None:
 
 
 def _schedule(t: Translation) -> None:
-    if t.has("trainer.total_training_steps") and t.written("trainer.total_epochs"):
-        t.warn("trainer.total_epochs", f"= {t.get('trainer.total_epochs')} not imported: superseded by "
-               "trainer.total_training_steps (max_steps), as in verl")
+    if t.has("trainer.total_training_steps"):
+        if t.written("trainer.total_epochs"):
+            t.warn("trainer.total_epochs", f"= {t.get('trainer.total_epochs')} not imported: superseded by "
+                   "trainer.total_training_steps (max_steps), as in verl")
     elif t.has("trainer.total_epochs"):
         t.warn("trainer.total_epochs", f"= {t.get('trainer.total_epochs')} not imported: the number of steps per "
                "epoch depends on the dataset size; set max_steps (or trainer.total_training_steps)")
@@ -582,7 +780,7 @@ def _schedule(t: Translation) -> None:
         if mode not in table:
             t.error("trainer.resume_mode", f"{mode!r} is not a verl resume mode; valid: auto, disable, resume_path")
         elif mode == "resume_path" and not t.has("trainer.resume_from_path"):
-            t.error("trainer.resume_from_path", "is required when resume_mode is resume_path")
+            t.required("trainer.resume_from_path", "resume_mode is resume_path")
         else:
             t.set("resume_from_checkpoint", table[mode], "trainer.resume_mode")
     elif t.has("trainer.resume_from_path"):
@@ -593,9 +791,17 @@ def _validation(t: Translation) -> None:
     """verl evaluates with the rollout's settings but greedy (do_sample false): val_greedy."""
     section = t.native.get("validation")
     if not section:
+        for key in ("data.validation_shuffle", "data.val_max_samples"):
+            if t.written(key):
+                t.warn(key, f"= {t.get(key)!r} not imported: no data.val_files, so there is no validation section")
         return
     data = section.setdefault("data_args", {})
     for key, value in (t.native["actor_train"].get("data_args") or {}).items():
-        if key not in ("file_name", "shuffle"):
+        if key not in ("file_name", "shuffle", "max_samples"):
             data.setdefault(key, value)
+    if t.has("data.validation_shuffle"):
+        data["shuffle"] = bool(t.get("data.validation_shuffle"))
+    limit = t.int("data.val_max_samples") if t.has("data.val_max_samples") else 0
+    if limit > 0:
+        data["max_samples"] = limit
     t.native.setdefault("val_greedy", True)

@@ -1,0 +1,3 @@
+from policylab_client.cli import main
+
+raise SystemExit(main())

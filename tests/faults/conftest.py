@@ -1,0 +1,52 @@
+"""The fault suite's stack (scripts/run_platform.py --nodes 2 on the test database) and its table, printed
+at the end of the session (see harness.py)."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "policylab.settings")
+
+import django
+
+django.setup()
+
+import pytest  # noqa: E402
+
+from tests.faults.harness import FAULTS, Row, Stack, table  # noqa: E402
+from tests.services import use_file_sqlite_test_database  # noqa: E402
+
+use_file_sqlite_test_database()
+
+# POLICYLAB_FAULT_SEED=<n> repeats a session's injection points.
+SEED = int(os.environ.get("POLICYLAB_FAULT_SEED") or random.SystemRandom().randrange(1_000_000))
+ROWS: list[Row] = []
+LOCKED: list[tuple[str, int]] = []  # (database engine, "database is locked" lines in the stack's logs)
+
+
+@pytest.fixture(scope="package")
+def fault_stack(shared_test_database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    from django.conf import settings
+
+    stack = Stack(tmp_path_factory.mktemp("faults"), shared_test_database, secret_key=settings.SECRET_KEY)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        LOCKED.append((settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1], stack.log_count("database is locked")))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not ROWS:
+        return
+    order = [fault.name for fault in FAULTS]
+    terminalreporter.write_sep("=", f"fault table (POLICYLAB_FAULT_SEED={SEED})")
+    terminalreporter.write_line(table(sorted(ROWS, key=lambda row: order.index(row.fault))))
+    for engine, count in LOCKED:
+        terminalreporter.write_line(f"'database is locked' in the stack's service logs ({engine}): {count}")
+    for row in ROWS:
+        for problem in row.problems:
+            terminalreporter.write_line(f"{row.fault}: {problem}")

@@ -1,0 +1,338 @@
+"""Hugging Face <-> Megatron-core weights for the Qwen2 and Llama architectures: pure functions of
+state dicts (torch only; megatron-core is not imported), so every layout rule is testable on CPU.
+
+Megatron's GPTModel (local layer spec) names one decoder layer's tensors, on tensor-parallel rank r of T:
+
+    input_layernorm.weight            HF input_layernorm.weight                        replicated
+    self_attention.linear_qkv.weight  fused [q_0; k_0; v_0; q_1; k_1; v_1; …]          rows split in T
+    self_attention.linear_qkv.bias    the same fusion of the q/k/v biases (Qwen2)      rows split in T
+    self_attention.linear_proj.weight HF o_proj.weight                                 columns split in T
+    pre_mlp_layernorm.weight          HF post_attention_layernorm.weight               replicated
+    mlp.linear_fc1.weight             [gate_r; up_r] (each of gate/up split in T)      rows
+    mlp.linear_fc2.weight             HF down_proj.weight                              columns split in T
+
+where q_g is query group g's num_heads/num_kv_heads query heads and k_g, v_g its one key and value
+head (grouped-query attention). With T > num_kv_heads Megatron keeps the same fused layout, each rank
+holding 1/T of its rows (it all-gathers them at run time), so the rule "fuse, then split the rows" holds.
+
+Outside the layers: `embedding.word_embeddings.weight` (first pipeline stage) and `output_layer.weight`
+(last stage) are split by vocabulary rows, padded with zero rows to a multiple of T; the last stage
+also holds `decoder.final_layernorm.weight`. Tied embeddings: Megatron keeps no output layer on a
+single stage, and a copy on the last stage when the pipeline has several (its embedding group keeps
+the two equal). A critic's value head [1, hidden] (+ bias) is `output_layer.*`, replicated.
+Transformer Engine's spec fuses the two norms into the next linear (`to_te_names`).
+
+Layers are named by their index on the stage (`decoder.layers.<i>`); the caller passes the global
+layer of each (`layers`), so any split Megatron makes across pipeline (and virtual) stages works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+ARCHITECTURES = ("qwen2", "llama")
+Head = Literal["lm", "value"]
+
+EMBEDDING = "embedding.word_embeddings.weight"
+FINAL_NORM = "decoder.final_layernorm.weight"
+OUTPUT = "output_layer.weight"
+OUTPUT_BIAS = "output_layer.bias"
+LAYER_PREFIX = "decoder.layers."
+# local spec name -> Transformer Engine spec name (the norm fused into the following linear)
+TE_NAMES = {
+    "input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
+    "pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight",
+}
+
+
+@dataclass(frozen=True)
+class GPTLayout:
+    """The shapes a conversion needs, read from a Hugging Face config (`gpt_layout`)."""
+
+    arch: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size: int
+    tied_embeddings: bool
+    qkv_bias: bool
+    head: Head = "lm"
+
+    @property
+    def heads_per_group(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def hf_prefix(self) -> str:
+        """Where the decoder lives in the HF state dict: a causal LM's `model.`, a ValueModel's
+        `backbone.`."""
+        return "model." if self.head == "lm" else "backbone."
+
+
+def gpt_layout(config: Any, head: Head = "lm") -> GPTLayout:
+    """The layout of a Qwen2 or Llama `PretrainedConfig`; anything Megatron's GPTModel would compute
+    differently is refused by name."""
+    arch = getattr(config, "model_type", None)
+    if arch not in ARCHITECTURES:
+        raise ValueError(
+            f"Megatron conversion supports model_type {', '.join(ARCHITECTURES)}; this model is {arch!r}"
+        )
+    if config.hidden_act != "silu":
+        raise ValueError(
+            f"{arch}: hidden_act={config.hidden_act!r}; the Megatron conversion builds a SwiGLU (silu) MLP"
+        )
+    if arch == "llama" and (config.attention_bias or config.mlp_bias):
+        raise ValueError(
+            "llama with attention_bias or mlp_bias: Megatron's GPTModel cannot give o_proj a bias "
+            "without giving the MLP one too; only bias-free Llama models convert"
+        )
+    num_kv_heads = config.num_key_value_heads or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return GPTLayout(
+        arch=arch,
+        num_layers=config.num_hidden_layers,
+        hidden_size=config.hidden_size,
+        num_heads=config.num_attention_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        ffn_hidden_size=config.intermediate_size,
+        vocab_size=config.vocab_size,
+        tied_embeddings=bool(config.tie_word_embeddings) and head == "lm",
+        qkv_bias=arch == "qwen2",
+        head=head,
+    )
+
+
+def padded_vocab_size(vocab_size: int, tp: int) -> int:
+    """The vocabulary Megatron's vocab-parallel layers hold: the next multiple of the TP size."""
+    return -(-vocab_size // tp) * tp
+
+
+def check_tensor_parallel(layout: GPTLayout, tp: int) -> None:
+    """Raise, naming the sizes, when `tp` cannot split this model's heads and MLP."""
+    problems = []
+    if layout.num_heads % tp:
+        problems.append(f"num_attention_heads={layout.num_heads} is not a multiple of it")
+    if layout.num_kv_heads % tp and tp % layout.num_kv_heads:
+        problems.append(
+            f"num_key_value_heads={layout.num_kv_heads} neither divides it nor is a multiple of it"
+        )
+    if layout.ffn_hidden_size % tp:
+        problems.append(f"intermediate_size={layout.ffn_hidden_size} is not a multiple of it")
+    if problems:
+        raise ValueError(
+            f"tensor_model_parallel_size={tp} does not fit this {layout.arch} model: {'; '.join(problems)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# tensor pieces
+
+
+def fuse_qkv(q: Tensor, k: Tensor, v: Tensor, layout: GPTLayout) -> Tensor:
+    """[q_0; k_0; v_0; q_1; …] per query group, for weights [rows, hidden] and biases [rows] alike."""
+    groups, width = layout.num_kv_heads, layout.head_dim
+    rest = q.shape[1:]
+    parts = (
+        q.reshape(groups, layout.heads_per_group * width, *rest),
+        k.reshape(groups, width, *rest),
+        v.reshape(groups, width, *rest),
+    )
+    return torch.cat(parts, dim=1).reshape(-1, *rest)
+
+
+def split_qkv(fused: Tensor, layout: GPTLayout) -> tuple[Tensor, Tensor, Tensor]:
+    """The inverse of fuse_qkv: (q, k, v) in Hugging Face's layout."""
+    groups, width = layout.num_kv_heads, layout.head_dim
+    rest = fused.shape[1:]
+    grouped = fused.reshape(groups, (layout.heads_per_group + 2) * width, *rest)
+    q, k, v = grouped.split([layout.heads_per_group * width, width, width], dim=1)
+    return q.reshape(-1, *rest), k.reshape(-1, *rest), v.reshape(-1, *rest)
+
+
+def shard(tensor: Tensor, dim: int, tp: int, rank: int) -> Tensor:
+    """Rank `rank`'s contiguous 1/tp of `tensor` along `dim` (a copy, so it owns its memory)."""
+    if tensor.shape[dim] % tp:
+        raise ValueError(f"cannot split dim {dim} of shape {tuple(tensor.shape)} into {tp} equal parts")
+    return tensor.chunk(tp, dim=dim)[rank].clone()
+
+
+def pad_rows(tensor: Tensor, rows: int) -> Tensor:
+    """`tensor` with zero rows appended up to `rows` (the padded vocabulary)."""
+    if tensor.shape[0] == rows:
+        return tensor
+    return torch.cat([tensor, tensor.new_zeros(rows - tensor.shape[0], *tensor.shape[1:])])
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face -> Megatron
+
+
+def hf_layer_to_megatron(
+    hf: Mapping[str, Tensor], layer: int, layout: GPTLayout, *, tp_rank: int, tp_size: int
+) -> dict[str, Tensor]:
+    """Global layer `layer` of the HF state dict as TP rank `tp_rank`'s Megatron tensors (names
+    relative to `decoder.layers.<i>.`)."""
+    src = f"{layout.hf_prefix}layers.{layer}."
+    attn, mlp = f"{src}self_attn.", f"{src}mlp."
+
+    def fused(suffix: str) -> Tensor:
+        return fuse_qkv(
+            hf[f"{attn}q_proj.{suffix}"], hf[f"{attn}k_proj.{suffix}"], hf[f"{attn}v_proj.{suffix}"], layout
+        )
+
+    out = {
+        "input_layernorm.weight": hf[f"{src}input_layernorm.weight"].clone(),
+        "self_attention.linear_qkv.weight": shard(fused("weight"), 0, tp_size, tp_rank),
+        "self_attention.linear_proj.weight": shard(hf[f"{attn}o_proj.weight"], 1, tp_size, tp_rank),
+        "pre_mlp_layernorm.weight": hf[f"{src}post_attention_layernorm.weight"].clone(),
+        "mlp.linear_fc1.weight": torch.cat(
+            [
+                shard(hf[f"{mlp}gate_proj.weight"], 0, tp_size, tp_rank),
+                shard(hf[f"{mlp}up_proj.weight"], 0, tp_size, tp_rank),
+            ]
+        ),
+        "mlp.linear_fc2.weight": shard(hf[f"{mlp}down_proj.weight"], 1, tp_size, tp_rank),
+    }
+    if layout.qkv_bias:
+        out["self_attention.linear_qkv.bias"] = shard(fused("bias"), 0, tp_size, tp_rank)
+    return out
+
+
+def hf_to_megatron(
+    hf: Mapping[str, Tensor],
+    layout: GPTLayout,
+    *,
+    tp_rank: int,
+    tp_size: int,
+    layers: Sequence[int],
+    pre_process: bool,
+    post_process: bool,
+) -> dict[str, Tensor]:
+    """The state dict of one Megatron model chunk: TP rank `tp_rank` of `tp_size`, holding the global
+    layers `layers` (in order), the embedding when `pre_process` (first stage) and the final norm and
+    output layer when `post_process` (last stage)."""
+    check_tensor_parallel(layout, tp_size)
+    vocab = padded_vocab_size(layout.vocab_size, tp_size)
+    embed = hf[f"{layout.hf_prefix}embed_tokens.weight"]
+    out: dict[str, Tensor] = {}
+    if pre_process:
+        out[EMBEDDING] = shard(pad_rows(embed, vocab), 0, tp_size, tp_rank)
+    for index, layer in enumerate(layers):
+        for name, tensor in hf_layer_to_megatron(hf, layer, layout, tp_rank=tp_rank, tp_size=tp_size).items():
+            out[f"{LAYER_PREFIX}{index}.{name}"] = tensor
+    if post_process:
+        out[FINAL_NORM] = hf[f"{layout.hf_prefix}norm.weight"].clone()
+        if layout.head == "value":
+            out[OUTPUT] = hf["value_head.weight"].clone()
+            out[OUTPUT_BIAS] = hf["value_head.bias"].clone()
+        elif not (layout.tied_embeddings and pre_process):
+            output = embed if layout.tied_embeddings else hf["lm_head.weight"]
+            out[OUTPUT] = shard(pad_rows(output, vocab), 0, tp_size, tp_rank)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron -> Hugging Face
+
+
+def megatron_layer_to_hf(
+    parts: Sequence[Mapping[str, Tensor]], layer: int, layout: GPTLayout
+) -> dict[str, Tensor]:
+    """One decoder layer from its tensors on every TP rank (`parts[r]`, names relative to
+    `decoder.layers.<i>.`), as global layer `layer` in Hugging Face names."""
+    dst = f"{layout.hf_prefix}layers.{layer}."
+    out = {
+        f"{dst}input_layernorm.weight": parts[0]["input_layernorm.weight"].clone(),
+        f"{dst}post_attention_layernorm.weight": parts[0]["pre_mlp_layernorm.weight"].clone(),
+        f"{dst}self_attn.o_proj.weight": torch.cat(
+            [p["self_attention.linear_proj.weight"] for p in parts], dim=1
+        ),
+        f"{dst}mlp.down_proj.weight": torch.cat([p["mlp.linear_fc2.weight"] for p in parts], dim=1),
+    }
+    gates, ups = zip(*(p["mlp.linear_fc1.weight"].chunk(2, dim=0) for p in parts), strict=True)
+    out[f"{dst}mlp.gate_proj.weight"] = torch.cat(gates)
+    out[f"{dst}mlp.up_proj.weight"] = torch.cat(ups)
+    for suffix in ("weight", "bias") if layout.qkv_bias else ("weight",):
+        q, k, v = split_qkv(torch.cat([p[f"self_attention.linear_qkv.{suffix}"] for p in parts]), layout)
+        for name, tensor in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
+            out[f"{dst}self_attn.{name}.{suffix}"] = tensor.clone()
+    return out
+
+
+def megatron_edges_to_hf(
+    first: Sequence[Mapping[str, Tensor]] | None,
+    last: Sequence[Mapping[str, Tensor]] | None,
+    layout: GPTLayout,
+) -> dict[str, Tensor]:
+    """The tensors outside the layers: the embedding from the first stage's TP ranks (`first`), the
+    final norm and output layer from the last stage's (`last`); either may be None (not on this
+    stage). The padded vocabulary rows are dropped."""
+    out: dict[str, Tensor] = {}
+    if first is not None:
+        embed = torch.cat([p[EMBEDDING] for p in first])[: layout.vocab_size].clone()
+        out[f"{layout.hf_prefix}embed_tokens.weight"] = embed
+        if layout.tied_embeddings:
+            out["lm_head.weight"] = embed
+    if last is not None:
+        out[f"{layout.hf_prefix}norm.weight"] = last[0][FINAL_NORM].clone()
+        if layout.head == "value":
+            out["value_head.weight"] = last[0][OUTPUT].clone()
+            out["value_head.bias"] = last[0][OUTPUT_BIAS].clone()
+        elif not layout.tied_embeddings:
+            out["lm_head.weight"] = torch.cat([p[OUTPUT] for p in last])[: layout.vocab_size].clone()
+    return out
+
+
+def layer_tensors(state: Mapping[str, Tensor], index: int) -> dict[str, Tensor]:
+    """Local layer `index`'s tensors of a chunk's state dict, named relative to the layer."""
+    prefix = f"{LAYER_PREFIX}{index}."
+    return {key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)}
+
+
+def megatron_to_hf(
+    stages: Sequence[Sequence[Mapping[str, Tensor]]], stage_layers: Sequence[Sequence[int]], layout: GPTLayout
+) -> dict[str, Tensor]:
+    """The whole HF state dict from every chunk's state dicts: `stages[s][r]` is stage s's chunk on
+    TP rank r, holding the global layers `stage_layers[s]` (stages in pipeline order; with virtual
+    pipeline stages, one entry per model chunk in layer order)."""
+    out = megatron_edges_to_hf(stages[0], stages[-1], layout)
+    for chunks, layers in zip(stages, stage_layers, strict=True):
+        for index, layer in enumerate(layers):
+            out.update(megatron_layer_to_hf([layer_tensors(c, index) for c in chunks], layer, layout))
+    return out
+
+
+def stage_layers(num_layers: int, pp: int) -> list[list[int]]:
+    """Megatron's even split of the layers over `pp` pipeline stages (num_layers % pp == 0)."""
+    if num_layers % pp:
+        raise ValueError(
+            f"num_hidden_layers={num_layers} does not split evenly over pipeline_model_parallel_size={pp}"
+        )
+    per_stage = num_layers // pp
+    return [list(range(s * per_stage, (s + 1) * per_stage)) for s in range(pp)]
+
+
+def to_te_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Local-spec names -> Transformer Engine spec names (each norm fused into the linear after it)."""
+    return {_rename_layer_key(key, TE_NAMES): value for key, value in state.items()}
+
+
+def from_te_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    inverse = {te: local for local, te in TE_NAMES.items()}
+    return {_rename_layer_key(key, inverse): value for key, value in state.items()}
+
+
+def _rename_layer_key(key: str, names: Mapping[str, str]) -> str:
+    if not key.startswith(LAYER_PREFIX):
+        return key
+    index, _, rest = key[len(LAYER_PREFIX) :].partition(".")
+    return f"{LAYER_PREFIX}{index}.{names.get(rest, rest)}"

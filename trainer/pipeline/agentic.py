@@ -1,0 +1,197 @@
+"""The agentic (multi-turn) loop: ROLL's agentic pipeline on the RLVR loop's machinery.
+
+Per step: draw the step's episodes (train_env_manager: env groups of group_size environments
+sharing a start state, trainer.envs.manager) -> play them turn by turn through actor_infer with the
+chat template, all episodes in lockstep (trainer.pipeline.trajectory) -> one batch row per
+trajectory, observation tokens out of the loss mask -> trajectory scores (Σ turn rewards + format
+penalties) normalised by `reward_normalization` (trainer.algorithms.trajectory_norm) -> everything
+RLVR does after generation (`RLVRPipeline.update`: log-probs, values, reward processing, KL,
+advantages with the start-state groups as GRPO groups, critic and actor updates) -> weight sync.
+Evaluation plays val_env_manager's episodes, whose start states are fixed for the whole run.
+
+The run loop, checkpoints (plus the env layout and position), resume, weight sync, the ledger and
+telemetry are RLVRPipeline's. Environments run in the driver process, like rule rewards: they are
+cheap pure Python. Only rollout_mode sync is supported (validation refuses the others).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.algorithms.trajectory_norm import normalization_groups, normalize_scores
+from trainer.envs.manager import EnvManager, Episode, derive_seed
+from trainer.pipeline.metrics import data_metrics
+from trainer.pipeline.rlvr import (
+    RLVRPipeline,
+    Timer,
+    sampling_params,
+    sampling_seed,
+)
+from trainer.pipeline.trajectory import (
+    PlaySetup,
+    Trajectory,
+    chat_format,
+    env_metrics,
+    padded,
+    play,
+    trajectory_batch,
+)
+from trainer.rollout.base import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
+
+
+def build_env_managers(cfg: PipelineConfig) -> tuple[EnvManager, EnvManager | None]:
+    """(training, evaluation) env managers; raises for a bad layout or env before any worker starts."""
+    assert cfg.train_env_manager is not None
+    train = EnvManager("train_env_manager", cfg.train_env_manager, cfg.custom_envs,
+                       batch_size=cfg.rollout_batch_size, seed=cfg.seed)
+    val = (EnvManager("val_env_manager", cfg.val_env_manager, cfg.custom_envs, batch_size=cfg.val_batch_size,
+                      seed=cfg.seed) if cfg.val_env_manager is not None else None)
+    return train, val
+
+
+class AgenticPipeline(RLVRPipeline):
+    """The RLVR pipeline with environments in place of prompts (module docstring)."""
+
+    def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: dict[str, Any], tokenizer: Any,
+                 train_envs: EnvManager, val_envs: EnvManager | None,
+                 log: Callable[[str], None] = print) -> None:
+        self.train_envs, self.val_envs = train_envs, val_envs
+        # evaluation's episodes are fixed for the run; the train env manager is the loop's "sampler"
+        super().__init__(cfg, emitter, groups=groups, tokenizer=tokenizer, train_prompts=[],
+                         eval_prompts=val_envs.episodes(None) if val_envs is not None else [],
+                         sampler=train_envs, log=log)
+        self.infer_world = len(groups["actor_infer"].call_all("ping"))
+        self.setup = PlaySetup(self.generate_rows, tokenizer, chat_format(tokenizer), cfg.prompt_length,
+                               cfg.response_length, keep_frames=cfg.render_save_dir is not None)
+        tags = sorted({*train_envs.tags, *(val_envs.tags if val_envs is not None else ())})
+        self.tag_ids = {tag: i for i, tag in enumerate(tags)}
+        self.normalization = cfg.reward_normalization
+
+    def generate_rows(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """One generation per prompt through actor_infer, in order; the batch is padded with copies of its
+        first prompt to a multiple of the engine ranks (call_sharded splits evenly) and cut back."""
+        fill = -len(prompts) % self.infer_world
+        gens = self.generate([{"input_ids": ids} for ids in prompts + [prompts[0]] * fill], params)
+        return gens[: len(prompts)]
+
+    def play_episodes(self, envs: EnvManager, episodes: list[Episode], params: SamplingParams,
+                      seed: int) -> list[Trajectory]:
+        return play(self.setup, envs, episodes, params, lambda turn, budget: derive_seed(seed, turn, budget))
+
+    # -- one step -------------------------------------------------------------------------------
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg, timer = self.cfg, Timer()
+        metrics: dict[str, float] = {}
+        before = self.train_envs.position
+        episodes = self.train_envs.draw(step)
+        self.ledger.record("draw", batch=step, prompts=list(range(before, self.train_envs.position)),
+                           **{"from": before, "to": self.train_envs.position})
+        with timer("generate"):
+            params = sampling_params(cfg, cfg.actor_infer, n=1, seed=0)  # each turn's call has its own seed
+            trajectories = self.play_episodes(self.train_envs, episodes, params,
+                                              seed=sampling_seed(cfg, cfg.actor_infer) * 1_000_003 + step)
+        self.ledger.record("generate", batch=step, version=step - 1, samples=len(trajectories))
+        batch = trajectory_batch(trajectories, self.tokenizer.pad_token_id)
+        mask = batch["response_mask"]
+        raw = torch.tensor([t.score for t in trajectories])
+        state_ids = torch.tensor([t.episode.state_id for t in trajectories])
+        if self.normalization is not None:
+            tag_ids = torch.tensor([self.tag_ids[t.episode.tag] for t in trajectories])
+            groups = normalization_groups(self.normalization.grouping, state_ids=state_ids, tag_ids=tag_ids)
+            batch["scores"] = normalize_scores(raw, groups, self.normalization.method)
+        else:
+            batch["scores"] = raw
+        engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))
+        token_rewards, values, _ = self.update(step, batch, state_ids, engine_log_probs, timer, metrics,
+                                               staleness=torch.zeros(len(trajectories), dtype=torch.long))
+        if step > cfg.critic_warmup:
+            with timer("weight_sync"):
+                self.sync_weights()
+        metrics.update(data_metrics(
+            scores=raw, token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
+            prompt_lengths=torch.tensor([len(t.prompt_ids) for t in trajectories]),
+            max_prompt_length=cfg.prompt_length,
+            truncated=torch.tensor([t.done_reason == "max_length" for t in trajectories]),
+            values=values, returns=batch.get("returns"),
+        ))
+        metrics.update(env_metrics(trajectories, "env"))
+        metrics.update(timer.values)
+        self.emit_trajectories(step, trajectories, batch["advantages"])
+        self.ledger.record("train", batch=step, step=step, version=step - 1, staleness=0,
+                           samples=len(trajectories))
+        return metrics
+
+    def progress_line(self, metrics: dict[str, float]) -> str:
+        line = super().progress_line(metrics)
+        return f"{line} | success {metrics['env/success']:.2f}" if "env/success" in metrics else line
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """val_env_manager's fixed episodes; greedy when val_greedy is set or `validation` sets no
+        sampling."""
+        cfg, section = self.cfg, self.cfg.validation
+        assert self.val_envs is not None
+        greedy = cfg.val_greedy or section is None or section.generating_args is None
+        # a turn's token budget is the training one (max_tokens_per_step, else actor_infer's max_new_tokens)
+        budget = sampling_params(cfg, cfg.actor_infer, n=1, seed=0).max_new_tokens
+        params = dataclasses.replace(sampling_params(cfg, section, n=1, seed=0, greedy=greedy),
+                                     max_new_tokens=budget)
+        with self.engine_session():
+            trajectories = self.play_episodes(self.val_envs, self.eval_prompts, params,
+                                              seed=sampling_seed(cfg, section))
+        scores = torch.tensor([t.score for t in trajectories])
+        return {"eval/reward/mean": float(scores.mean()), "eval/num_samples": float(len(trajectories)),
+                **env_metrics(trajectories, "eval")}
+
+    # -- telemetry ------------------------------------------------------------------------------
+    def emit_trajectories(self, step: int, trajectories: list[Trajectory], advantages: torch.Tensor) -> None:
+        """The first `logged_rollout_samples` trajectories (whole groups first) as `rollouts` samples, each
+        with its turns and per-token arrays aligned with `tokens` (token_mask: 1 where the loss applies);
+        their frames go to render_save_dir/step_<k>/ when it is set."""
+        samples = []
+        for row, t in enumerate(trajectories[: self.cfg.logged_rollout_samples]):
+            mask = torch.tensor(t.loss_mask, dtype=torch.bool)
+            token_advantages = advantages[row, : len(t.response_ids)]
+            sample = {
+                "prompt": self.tokenizer.decode(t.prompt_ids),
+                "response": self.tokenizer.decode(t.response_ids),
+                "reward": t.score,
+                "advantage": float(token_advantages[mask].mean()) if bool(mask.any()) else 0.0,
+                "prompt_length": len(t.prompt_ids),
+                "response_length": len(t.response_ids),
+                "stop_reason": t.done_reason,
+                "group_id": t.episode.state_id,
+                "sample_index": t.episode.sample_index,
+                "tokens": self.tokenizer.convert_ids_to_tokens(t.response_ids),
+                "token_logprobs": [round(x, 5) for x in t.logprobs],
+                "token_advantages": [round(float(x), 5) for x in token_advantages],
+                "token_mask": t.loss_mask,
+                "env_tag": t.episode.tag,
+                "success": t.success,
+                "num_turns": t.replies,
+                "done_reason": t.done_reason,
+                "turns": t.turns,
+            }
+            if self.cfg.render_save_dir is not None:
+                sample["render_path"] = str(self.write_frames(step, t))
+            samples.append(sample)
+        self.emitter.rollouts(samples, step=step)
+
+    def write_frames(self, step: int, t: Trajectory) -> Path:
+        """render_save_dir/step_<k>/<state>_<k>_<tag>.txt: the text frames after reset and each reply."""
+        assert self.cfg.render_save_dir is not None
+        name = f"{t.episode.state_id}_{t.episode.sample_index}_{t.episode.tag}.txt"
+        path = Path(self.cfg.render_save_dir) / f"step_{step}" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        labels = ["reset", *(f"after reply {k}" for k in range(1, len(t.frames)))]
+        frames = zip(labels, t.frames, strict=True)
+        path.write_text("".join(f"# {label}\n{frame}\n\n" for label, frame in frames))
+        return path

@@ -1,0 +1,245 @@
+"""Multi-turn episodes played through a rollout engine, as token sequences and batch rows.
+
+A trajectory becomes one row of the RLVR batch layout (trainer.pipeline.batch). Its prompt is the
+first user message (instruction + first observation) through the chat template with the generation
+prompt; everything after it is its response:
+
+    reply_1 | obs_2 | reply_2 | obs_3 | … | reply_n
+
+reply_k are the tokens the engine sampled, loss mask 1 (a closing EOS included, as in RLVR); obs_k
+are the tokens between two replies, loss mask 0: what closes the assistant message (less what the
+reply generated itself, e.g. its EOS), the user message holding the observation, and the next
+generation prompt — what the chat template renders between two assistant contents (`ChatFormat`).
+The engine is given exactly these tokens each turn and they are the tokens trained on (token in,
+token out): the conversation is never re-tokenised. The observation after the last reply is shown
+in telemetry but is not part of the row.
+
+A turn's reward is what env.step returned; a reply that breaks the format adds the env manager's
+format_penalty. The trajectory's score is Σ rewards + Σ penalties (ROLL's trajectory reward, placed
+on the last reply token by the loop). The episode ends when the environment says done, after
+max_steps replies, after max_actions_per_traj valid actions, or when the next observation and reply
+would not fit in response_length tokens (trainer.envs.base.DONE_REASONS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trainer.envs.base import DONE_REASONS, Env
+from trainer.envs.manager import EnvManager, Episode, TurnLimits
+from trainer.pipeline.batch import build_batch
+from trainer.rollout.base import Generation, SamplingParams
+
+_A, _O = "\x02ASSISTANT\x03", "\x02OBSERVATION\x03"  # sentinels no template alters
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """The chat template's text around an assistant reply and an observation (module docstring)."""
+
+    assistant_close: str  # after an assistant's content, e.g. "<|im_end|>\n"
+    user_open: str  # before an observation, e.g. "<|im_start|>user\n"
+    user_close: str  # after it, through the next generation prompt: "<|im_end|>\n<|im_start|>assistant\n"
+
+    def between_replies(self, observation: str, generated_close: str = "") -> str:
+        """The text from the end of one reply to the start of the next; `generated_close` is what the
+        reply already generated of the assistant close (its EOS token's text), which is not repeated."""
+        close = self.assistant_close
+        if generated_close and close.startswith(generated_close):
+            close = close[len(generated_close):]
+        return close + self.user_open + observation + self.user_close
+
+
+def chat_format(tokenizer: Any) -> ChatFormat:
+    """Read the ChatFormat off the tokenizer's chat template by rendering sentinel messages."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("actor_train.model_args.model_name_or_path: the agentic pipeline needs a tokenizer "
+                         "with a chat template (its multi-turn conversations are rendered with it)")
+    turn = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _A}]
+    before = tokenizer.apply_chat_template(turn, tokenize=False)
+    after = tokenizer.apply_chat_template([*turn, {"role": "user", "content": _O}],
+                                          add_generation_prompt=True, tokenize=False)
+    if _A not in before or not after.startswith(before) or _O not in after[len(before):]:
+        raise ValueError("chat template: rendering one more turn changes the earlier turns' text, so turns "
+                         "cannot be appended token by token; use a template that renders history unchanged")
+    rest, at = after[len(before):], after[len(before):].index(_O)
+    return ChatFormat(before[before.index(_A) + len(_A):], rest[:at], rest[at + len(_O):])
+
+
+def first_prompt(tokenizer: Any, text: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         tokenize=False)
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+@dataclass
+class Trajectory:
+    episode: Episode
+    limits: TurnLimits
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)  # 1 on sampled tokens, 0 on observation tokens
+    logprobs: list[float] = field(default_factory=list)  # the engine's, 0.0 on observation tokens
+    rewards: list[float] = field(default_factory=list)  # env reward of each reply
+    penalty: float = 0.0  # Σ format penalties
+    actions: int = 0  # replies that parsed as an action
+    done_reason: str | None = None
+    success: bool = False
+    turns: list[dict[str, Any]] = field(default_factory=list)  # telemetry: the conversation, turn by turn
+    frames: list[str] = field(default_factory=list)  # env.render() after reset and after each reply
+
+    @property
+    def score(self) -> float:
+        return sum(self.rewards) + self.penalty
+
+    @property
+    def replies(self) -> int:
+        return len(self.rewards)
+
+    def add(self, token_ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
+        self.response_ids += token_ids
+        self.loss_mask += [int(sampled)] * len(token_ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
+
+    def finish(self, reason: str, success: bool = False) -> None:
+        if reason not in DONE_REASONS:
+            raise ValueError(f"done reason {reason!r}; valid: {', '.join(DONE_REASONS)}")
+        self.done_reason, self.success = reason, success
+
+
+@dataclass
+class PlaySetup:
+    """What playing needs besides the episodes: the engine, the tokenizer and the length limits."""
+
+    generate: Callable[[list[list[int]], SamplingParams], list[Generation]]
+    tokenizer: Any
+    chat: ChatFormat
+    prompt_length: int
+    response_length: int
+    keep_frames: bool = False
+
+
+def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params: SamplingParams,
+         turn_seed: Callable[[int, int], int]) -> list[Trajectory]:
+    """Play every episode to its end, all of them in lockstep: each turn, one engine call per distinct
+    per-turn token budget over the trajectories still running. `params.max_new_tokens` is the budget
+    of environments without max_tokens_per_step; turn_seed(turn, budget) seeds each call."""
+    envs, trajectories = [], []
+    for episode in episodes:
+        env = manager.make_env(episode.tag)
+        observation = env.reset(episode.seed)
+        instruction = manager.instruction(episode.tag, env)
+        text = f"{instruction}\n{observation}" if instruction else observation
+        prompt = encode(setup.tokenizer, first_prompt(setup.tokenizer, text))
+        if len(prompt) > setup.prompt_length:
+            raise ValueError(f"prompt_length: the first prompt of {episode.tag} has {len(prompt)} tokens, "
+                             f"more than {setup.prompt_length}; raise prompt_length or shorten "
+                             f"custom_envs.{episode.tag}.env_instruction")
+        trajectory = Trajectory(episode, manager.limits(episode.tag), prompt)
+        trajectory.turns.append({"role": "user", "text": text, "tokens": len(prompt), "loss": False})
+        if setup.keep_frames:
+            trajectory.frames.append(env.render())
+        envs.append(env)
+        trajectories.append(trajectory)
+    turn = 0
+    while running := [i for i, t in enumerate(trajectories) if t.done_reason is None]:
+        turn += 1
+        by_budget: dict[int, list[int]] = defaultdict(list)
+        for i in running:
+            by_budget[_budget(trajectories[i], params)].append(i)
+        for budget, rows in sorted(by_budget.items()):
+            call = dataclasses.replace(params, max_new_tokens=budget, seed=turn_seed(turn, budget))
+            prompts = [trajectories[i].prompt_ids + trajectories[i].response_ids for i in rows]
+            gens = setup.generate(prompts, call)
+            for i, gen in zip(rows, gens, strict=True):
+                _advance(setup, manager, trajectories[i], envs[i], gen, params)
+    return trajectories
+
+
+def _budget(trajectory: Trajectory, params: SamplingParams) -> int:
+    return trajectory.limits.max_new_tokens or params.max_new_tokens
+
+
+def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen: Generation,
+             params: SamplingParams) -> None:
+    """One reply: record it, step the environment, then end the episode or append the observation."""
+    tokenizer = setup.tokenizer
+    reply = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+    t.add(gen.token_ids, sampled=True, logprobs=list(gen.logprobs))
+    observation, reward, done, info = env.step(reply)
+    penalty = 0.0 if info["format_ok"] else manager.format_penalty
+    t.rewards.append(float(reward))
+    t.penalty += penalty
+    t.actions += int(info["format_ok"])
+    t.turns.append({"role": "assistant", "text": reply, "tokens": len(gen.token_ids), "loss": True,
+                    "reward": float(reward), "penalty": penalty, "format_ok": bool(info["format_ok"]),
+                    "action": info.get("action"), "stop_reason": gen.stop_reason})
+    if setup.keep_frames:
+        t.frames.append(env.render())
+    observation_turn: dict[str, Any] = {"role": "user", "text": observation, "tokens": 0, "loss": False}
+    if done:
+        t.finish("success" if info.get("success") else "failure", success=bool(info.get("success")))
+    elif t.replies >= t.limits.max_turns:
+        t.finish("max_steps")
+    elif t.limits.max_actions is not None and t.actions >= t.limits.max_actions:
+        t.finish("max_actions")
+    else:
+        # a reply ended by EOS (or a stop token such as <|im_end|>) generated the start of the close itself
+        closing = tokenizer.decode(gen.token_ids[-1:]) if gen.stop_reason in ("eos", "stop") else ""
+        between = encode(tokenizer, setup.chat.between_replies(observation, closing))
+        if len(t.response_ids) + len(between) + _budget(t, params) > setup.response_length:
+            t.finish("max_length")
+        else:
+            t.add(between, sampled=False)
+            observation_turn["tokens"] = len(between)
+    t.turns.append(observation_turn)
+
+
+def trajectory_batch(trajectories: list[Trajectory], pad_token_id: int) -> dict[str, Tensor]:
+    """The RLVR batch of the trajectories, with `response_mask` = the loss mask (sampled tokens only);
+    observation tokens stay in input_ids and attention_mask, so the model still reads them."""
+    batch = build_batch([t.prompt_ids for t in trajectories], [t.response_ids for t in trajectories],
+                        pad_token_id)
+    batch["response_mask"] = padded([t.loss_mask for t in trajectories], batch["response_mask"].size(1))
+    return batch
+
+
+def padded(rows: list[list[float]] | list[list[int]], width: int) -> Tensor:
+    """Rows right-padded with 0 to `width` columns, as float."""
+    out = torch.zeros((len(rows), width))
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
+
+
+def env_metrics(trajectories: list[Trajectory], prefix: str) -> dict[str, float]:
+    """Success rate, turns, actions, format errors and done reasons over all trajectories, and
+    success / actions / score per environment tag (ROLL's `env/<tag>/success`, `env/<tag>/num_actions`)."""
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    replies = sum(t.replies for t in trajectories)
+    metrics = {
+        f"{prefix}/success": mean([float(t.success) for t in trajectories]),
+        f"{prefix}/num_turns": mean([float(t.replies) for t in trajectories]),
+        f"{prefix}/num_actions": mean([float(t.actions) for t in trajectories]),
+        f"{prefix}/format_error_rate": (replies - sum(t.actions for t in trajectories)) / max(1, replies),
+        **{f"{prefix}/done/{reason}": mean([float(t.done_reason == reason) for t in trajectories])
+           for reason in DONE_REASONS},
+    }
+    for tag in sorted({t.episode.tag for t in trajectories}):
+        mine = [t for t in trajectories if t.episode.tag == tag]
+        metrics[f"{prefix}/{tag}/success"] = mean([float(t.success) for t in mine])
+        metrics[f"{prefix}/{tag}/num_actions"] = mean([float(t.actions) for t in mine])
+        metrics[f"{prefix}/{tag}/score"] = mean([t.score for t in mine])
+    return metrics

@@ -1,0 +1,792 @@
+"""`megatron_train` (actor_train, critic) and `megatron_infer` (forward-only roles) on megatron-core 0.16.
+
+The caller has initialised torch.distributed (nccl for CUDA tensors, gloo for CPU ones) and loaded the
+same Hugging Face model on every rank. Each strategy
+
+1. refuses to start without CUDA (megatron-core's forward pass calls torch.cuda;
+   megatron_config.require_cuda);
+2. initialises megatron's parallel state: tensor (TP) × pipeline (PP, optionally virtual) model-parallel
+   groups, data parallelism (DP) over the rest — or joins the state an earlier role in this process set
+   up with the same sizes;
+3. builds GPTModel chunks with Transformer Engine layers when TE is installed, megatron-core's local
+   layers otherwise, converts the HF weights to this rank's TP/PP shard (trainer.models.megatron_convert)
+   and loads them; the HF model is kept only as a weight-less skeleton (meta device) for save_pretrained;
+4. trains with megatron's pipeline schedules, DDP (fp32 gradient buffers) and optimizer (optionally the
+   distributed one); the LR schedule (lr_multiplier), global-norm clipping and the skip of a non-finite
+   update are ours, as for every strategy here.
+
+Rows: the ranks of one model-parallel group (TP × PP) compute on the same rows. The worker groups hand
+every rank its own slice of a batch; `join_model_parallel_rows` gathers the group's slices (the rows of
+its data-parallel rank) and says which rows of a result are this rank's to return.
+
+What a LossFn or a forward fn sees as the model: in training, on the last pipeline stage, a StageOutput
+whose call returns the output the pipeline computed for that micro-batch — full-vocabulary logits
+gathered across the TP ranks (gradient split back) or a critic's values. In forward_no_grad, a
+PipelineModel whose call runs the pipeline over its inputs on every stage and returns the last stage's
+output on all of them; its `response_logprobs` computes log-probs from the vocab-sharded logits
+(trainer.train.megatron_vocab) without gathering the vocabulary.
+
+Padding: attention uses an explicit mask (causal and the batch's padding, `AttnMaskType.arbitrary`):
+the fused causal kernels would ignore the left padding of our prompts.
+
+Checkpoint layout in `path`: `dist/` (megatron's distributed checkpoint of the model chunks and the
+optimizer, Megatron-LM's keys `model` / `model<i>` and `optimizer`), `rng_rank<r>.pt` per rank (RNG
+states, megatron's CUDA RNG tracker, the optimizer step count). Resume needs the same TP × PP layout.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from trainer.checkpoint.core import get_rng_state, set_rng_state
+from trainer.models.megatron_convert import (
+    EMBEDDING,
+    FINAL_NORM,
+    OUTPUT,
+    OUTPUT_BIAS,
+    GPTLayout,
+    Head,
+    from_te_names,
+    gpt_layout,
+    hf_to_megatron,
+    layer_tensors,
+    megatron_edges_to_hf,
+    megatron_layer_to_hf,
+    to_te_names,
+)
+from trainer.models.value import ValueModel
+from trainer.train.base import (
+    LossFn,
+    OptimConfig,
+    check_loss_metrics,
+    lr_multiplier,
+    require_process_group,
+    to_device,
+)
+from trainer.train.megatron_config import (
+    MegatronOptions,
+    check_model_parallel,
+    ddp_config_kwargs,
+    gpt_model_kwargs,
+    optimizer_config_kwargs,
+    parse_strategy_config,
+    require_cuda,
+    transformer_config_kwargs,
+)
+from trainer.train.megatron_vocab import vocab_parallel_logprobs_entropy
+
+with (
+    warnings.catch_warnings()
+):  # "Transformer Engine and Apex are not installed": we say so in the spec choice
+    warnings.simplefilter("ignore", UserWarning)
+    from megatron.core import dist_checkpointing, tensor_parallel
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        HAVE_TE,
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+T = TypeVar("T")
+CHECKPOINT_DIR = "dist"
+
+
+def sharding_metadata() -> dict[str, Any]:
+    """A fresh metadata dict for every checkpoint (megatron adds this layout's groups to it in place):
+    Megatron-LM's default optimizer format, resharding over data parallelism only."""
+    return {"distrib_optim_sharding_type": "dp_reshardable"}
+
+
+# --------------------------------------------------------------------------------------------
+# parallel state, model construction, weights
+
+
+def initialize_parallel_state(options: MegatronOptions) -> None:
+    """Megatron's TP / PP (/ virtual PP) groups over the default process group; a second role in the
+    same process (the local backend) joins them when its sizes agree."""
+    wanted = (options.tp, options.pp, options.vpp)
+    if ps.model_parallel_is_initialized():
+        current = (
+            ps.get_tensor_model_parallel_world_size(),
+            ps.get_pipeline_model_parallel_world_size(),
+            ps.get_virtual_pipeline_model_parallel_world_size(),
+        )
+        if current != wanted:
+            raise ValueError(
+                f"megatron's parallel state in this process already has (TP, PP, virtual PP) = {current}; "
+                f"this role asks for {wanted}: roles sharing a process must use the same sizes"
+            )
+        return
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=options.tp,
+        pipeline_model_parallel_size=options.pp,
+        virtual_pipeline_model_parallel_size=options.vpp,
+    )
+
+
+def seed_model_parallel_rng() -> None:
+    """Megatron's CUDA RNG tracker (dropout inside and outside TP regions) from world rank 0's seed,
+    which the worker set (training_args.seed or the pipeline seed)."""
+    seed = [torch.initial_seed() % 2**31]
+    dist.broadcast_object_list(seed, src=0)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed[0])
+
+
+def layer_spec(use_te: bool) -> ModuleSpec:
+    """Transformer Engine layers when TE is installed, megatron-core's own otherwise; attention takes
+    the explicit (causal + padding) mask."""
+    spec = (
+        get_gpt_layer_with_transformer_engine_spec()
+        if use_te
+        else get_gpt_layer_local_spec(normalization="RMSNorm")
+    )
+    spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.arbitrary
+    return spec
+
+
+class ValueHead(nn.Module):
+    """A critic's scalar head in the place of GPTModel's output layer (replicated over TP ranks);
+    with sequence parallelism it first gathers the sequence."""
+
+    def __init__(self, hidden_size: int, sequence_parallel: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, hidden_size))
+        self.bias = nn.Parameter(torch.zeros(1))
+        self.sequence_parallel = sequence_parallel
+
+    def forward(
+        self, hidden: Tensor, weight: Tensor | None = None, runtime_gather_output: bool | None = None
+    ) -> tuple[Tensor, None]:
+        if self.sequence_parallel:
+            hidden = tensor_parallel.gather_from_sequence_parallel_region(hidden)
+        return nn.functional.linear(hidden, self.weight, self.bias), None
+
+
+def build_chunks(
+    config: TransformerConfig, layout: GPTLayout, hf_config: Any, options: MegatronOptions
+) -> list[GPTModel]:
+    """This rank's GPTModel chunks (one, or one per virtual pipeline stage)."""
+    spec = layer_spec(HAVE_TE)
+    chunks = []
+    for vp in range(options.vpp or 1):
+        vp_stage = vp if options.vpp else None
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=spec,
+            vp_stage=vp_stage,
+            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+            **gpt_model_kwargs(layout, hf_config, options.tp),
+        )
+        if layout.head == "value" and model.post_process:
+            model.output_layer = ValueHead(layout.hidden_size, config.sequence_parallel)
+        chunks.append(model)
+    return chunks
+
+
+def unwrap(module: nn.Module) -> GPTModel:
+    """The GPTModel inside DDP / Float16Module wrappers."""
+    while hasattr(module, "module"):
+        module = module.module
+    return module
+
+
+def global_layers(model: GPTModel) -> list[int]:
+    """The 0-based global index of each of this chunk's layers (Megatron numbers them from 1)."""
+    return [layer.layer_number - 1 for layer in model.decoder.layers]
+
+
+def load_exactly(model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """load_state_dict, allowing only Transformer Engine's `_extra_state` entries to be missing."""
+    missing, unexpected = model.load_state_dict(dict(state), strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if missing or unexpected:
+        raise RuntimeError(
+            f"converted weights do not fit the Megatron model: missing {missing}, unexpected {unexpected}"
+        )
+
+
+def load_hf_weights(
+    chunks: list[GPTModel], hf_state: Mapping[str, Tensor], layout: GPTLayout, tp_rank: int, tp_size: int
+) -> None:
+    for model in chunks:
+        state = hf_to_megatron(
+            hf_state,
+            layout,
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            layers=global_layers(model),
+            pre_process=model.pre_process,
+            post_process=model.post_process,
+        )
+        load_exactly(model, to_te_names(state) if HAVE_TE else state)
+
+
+def attention_mask(mask_2d: Tensor) -> Tensor:
+    """[B, S] 1 = token -> [B, 1, S, S] True = masked (Megatron's convention): causal, padding keys masked."""
+    width = mask_2d.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=mask_2d.device).tril()
+    return ~(causal[None, None] & mask_2d.bool()[:, None, None, :])
+
+
+def pad_width(micro_batch: Mapping[str, Tensor], multiple: int) -> dict[str, Tensor]:
+    """input_ids / attention_mask / position_ids right-padded (masked) to a multiple of `multiple`
+    (sequence parallelism splits the sequence over the TP ranks)."""
+    ids = micro_batch["input_ids"]
+    mask = micro_batch.get("attention_mask", torch.ones_like(ids))
+    positions = micro_batch.get("position_ids", torch.arange(ids.shape[1], device=ids.device).expand_as(ids))
+    extra = -ids.shape[1] % multiple
+    pad = partial(nn.functional.pad, pad=(0, extra))
+    return {"input_ids": pad(ids), "attention_mask": pad(mask), "position_ids": pad(positions)}
+
+
+# --------------------------------------------------------------------------------------------
+# what a loss or forward fn sees as the model
+
+
+class StageOutput(nn.Module):
+    """The model as a LossFn or forward fn sees it on the last pipeline stage: the pipeline has already
+    run this micro-batch, so a call returns that output whatever inputs it is given — full-vocabulary
+    logits (gathered across TP ranks; the gradient is split back) or a critic's values [B, S]."""
+
+    def __init__(self, output: Tensor, width: int, layout: GPTLayout) -> None:
+        super().__init__()
+        self.output, self.width, self.layout = output, width, layout
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.output[:, : self.width]
+        if self.layout.head == "value":
+            return out.squeeze(-1)
+        logits = tensor_parallel.gather_from_tensor_model_parallel_region(out)
+        return CausalLMOutputWithPast(logits=logits[..., : self.layout.vocab_size])
+
+    def response_logprobs(self, batch: Mapping[str, Tensor], temperature: float) -> Tensor:
+        """log p(response token) [B, R] from this rank's vocabulary shard (trainer.pipeline.batch's
+        response_logprobs, computed without gathering the vocabulary)."""
+        width_r = batch["response_mask"].size(1)
+        shard = self.output[:, self.width - width_r - 1 : self.width - 1].float()
+        if temperature > 0:
+            shard = shard / temperature
+        group = ps.get_tensor_model_parallel_group()
+        logprobs, _ = vocab_parallel_logprobs_entropy(
+            shard,
+            batch["input_ids"][:, -width_r:].to(shard.device),
+            vocab_start=ps.get_tensor_model_parallel_rank() * shard.shape[-1],
+            vocab_size=self.layout.vocab_size,
+            reduce_max=partial(_all_reduce, op=dist.ReduceOp.MAX, group=group),
+            reduce_sum=partial(_all_reduce, op=dist.ReduceOp.SUM, group=group),
+        )
+        return logprobs
+
+
+def _all_reduce(tensor: Tensor, op: dist.ReduceOp, group: Any) -> Tensor:
+    dist.all_reduce(tensor, op=op, group=group)
+    return tensor
+
+
+class PipelineModel(nn.Module):
+    """The model forward_no_grad hands to its fn: a call runs the pipeline over the given inputs on
+    every stage (every rank of the model-parallel group makes the same call) and returns the last
+    stage's output on all of them."""
+
+    def __init__(self, runner: _MegatronModel) -> None:
+        super().__init__()
+        self.runner = runner
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        **_: Any,
+    ) -> Any:
+        batch = {"input_ids": input_ids}
+        batch |= {"attention_mask": attention_mask} if attention_mask is not None else {}
+        batch |= {"position_ids": position_ids} if position_ids is not None else {}
+        if self.runner.layout.head == "value":
+            return self.runner.forward_only(batch, lambda out: out())
+        return CausalLMOutputWithPast(logits=self.runner.forward_only(batch, lambda out: out().logits))
+
+    def response_logprobs(self, batch: Mapping[str, Tensor], temperature: float) -> Tensor:
+        return self.runner.forward_only(batch, lambda out: out.response_logprobs(batch, temperature))
+
+
+# --------------------------------------------------------------------------------------------
+# the strategies
+
+
+class _MegatronModel:
+    """What megatron_train and megatron_infer share: parallel state, the model chunks, forward passes,
+    rows of the model-parallel group and full HF weights."""
+
+    def __init__(
+        self,
+        name: str,
+        model: nn.Module,
+        *,
+        rank: int,
+        world_size: int,
+        device: str,
+        strategy_config: Mapping[str, Any] | None,
+    ) -> None:
+        require_cuda(name)
+        require_process_group(name, rank, world_size)
+        self.rank, self.device = rank, torch.device(device)
+        self.options = parse_strategy_config(strategy_config)
+        head: Head = "value" if isinstance(model, ValueModel) else "lm"
+        hf_config = (model.backbone if head == "value" else model).config
+        self.layout = gpt_layout(hf_config, head)
+        check_model_parallel(self.layout, self.options, world_size, te=HAVE_TE)
+        dtype = next(model.parameters()).dtype
+        initialize_parallel_state(self.options)
+        seed_model_parallel_rng()
+        self.config = TransformerConfig(
+            **transformer_config_kwargs(self.layout, hf_config, self.options, dtype)
+        )
+        chunks = [
+            chunk.to(self.device) for chunk in build_chunks(self.config, self.layout, hf_config, self.options)
+        ]
+        if self.options.init_checkpoint is None:
+            load_hf_weights(
+                chunks, model.state_dict(), self.layout, ps.get_tensor_model_parallel_rank(), self.options.tp
+            )
+        else:
+            loaded = dist_checkpointing.load(self._model_sharded_state(chunks), self.options.init_checkpoint)
+            for key, chunk in zip(self._model_keys(chunks), chunks, strict=True):
+                load_exactly(chunk, loaded[key])
+        self.hf_model = model.to(
+            "meta"
+        )  # the architecture for save_pretrained, without a second copy of the weights
+        self.chunks: list[nn.Module] = [
+            Float16Module(self.config, c) if dtype != torch.float32 else c for c in chunks
+        ]
+        self.model = nn.ModuleList(self.chunks)
+        self.data_parallel = DataParallel(
+            ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(), ps.get_data_parallel_group()
+        )
+
+    # rows ---------------------------------------------------------------------------------------
+
+    def join_model_parallel_rows(self, batch: Mapping[str, Any]) -> tuple[dict[str, Any], slice]:
+        """The rows of this rank's data-parallel rank: the slices every rank of the model-parallel
+        group was handed, joined in group-rank order; and the slice of them that is this rank's own."""
+        group = ps.get_model_parallel_group()
+        parts: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(parts, dict(batch), group=group)
+        sizes = [len(next(iter(part.values()))) for part in parts]
+        mine = dist.get_rank(group)
+        start = sum(sizes[:mine])
+        joined = {key: _concat([part[key] for part in parts]) for key in batch}
+        return joined, slice(start, start + sizes[mine])
+
+    # forward ------------------------------------------------------------------------------------
+
+    def _forward_step(
+        self, on_last_stage: Callable[..., Any], data_iterator: Any, model: nn.Module
+    ) -> tuple[Tensor, Callable[..., Any]]:
+        """Megatron's forward_step_func: one micro-batch through this chunk; `on_last_stage(mb, width,
+        output, ...)` becomes the schedule's loss_func."""
+        micro_batch = to_device(next(data_iterator), self.device)
+        width = micro_batch["input_ids"].shape[1]
+        inputs = pad_width(micro_batch, self.options.tp if self.config.sequence_parallel else 1)
+        output = model(inputs["input_ids"], inputs["position_ids"], attention_mask(inputs["attention_mask"]))
+        return output, partial(on_last_stage, micro_batch, width)
+
+    def _schedule(
+        self, micro_batches: list[dict[str, Tensor]], on_last_stage: Callable[..., Any], *, forward_only: bool
+    ) -> list[Any]:
+        """Megatron's schedule for the pipeline (1F1B, interleaved with virtual stages, or none). Stages
+        exchange activations of one fixed shape [seq, micro-batch, hidden], so the micro-batches of one
+        call must have one shape (megatron-core 0.16 refuses variable lengths on a dense model)."""
+        shapes = {tuple(mb["input_ids"].shape) for mb in micro_batches}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"megatron: the micro-batches of one step must share one shape, got {sorted(shapes)}"
+            )
+        rows, width = shapes.pop()
+        multiple = self.options.tp if self.config.sequence_parallel else 1
+        chunks = self.chunks
+        iterators = [iter(micro_batches) for _ in chunks]
+        return get_forward_backward_func()(
+            forward_step_func=partial(self._forward_step, on_last_stage),
+            data_iterator=iterators if len(chunks) > 1 else iterators[0],
+            model=chunks if len(chunks) > 1 else chunks[0],
+            num_microbatches=len(micro_batches),
+            seq_length=width + (-width % multiple),
+            micro_batch_size=rows,
+            forward_only=forward_only,
+            collect_non_loss_data=forward_only,
+        )
+
+    def forward_only(self, batch: Mapping[str, Tensor], fn: Callable[[StageOutput], Tensor]) -> Tensor:
+        """fn(the last stage's output for `batch`), on every rank of the pipeline."""
+
+        def collect(micro_batch: Any, width: int, output: Tensor, non_loss_data: bool = True) -> Tensor:
+            return fn(StageOutput(output, width, self.layout))
+
+        results = self._schedule([dict(batch)], collect, forward_only=True)
+        return self._from_last_stage(results[0] if results else None)
+
+    def _from_last_stage(self, tensor: Tensor | None) -> Tensor:
+        """The last pipeline stage's tensor on every stage of this rank's pipeline group."""
+        if self.options.pp == 1:
+            return tensor
+        group, src = ps.get_pipeline_model_parallel_group(), ps.get_pipeline_model_parallel_last_rank()
+        meta = [(tuple(tensor.shape), tensor.dtype, tensor.device.type) if tensor is not None else None]
+        dist.broadcast_object_list(meta, src=src, group=group)
+        shape, dtype, device_type = meta[0]
+        device = self.device if device_type == self.device.type else torch.device(device_type)
+        out = tensor.contiguous() if tensor is not None else torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(out, src=src, group=group)
+        return out
+
+    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
+        for chunk in self.chunks:
+            chunk.eval()
+        with torch.no_grad():
+            return fn(PipelineModel(self))
+
+    # full weights ---------------------------------------------------------------------------------
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        """The whole model in Hugging Face names as CPU tensors on world rank 0; `{}` elsewhere.
+        Collective. Each stage's TP group gathers one layer at a time (no rank holds more than one
+        full layer beyond its shard); the stages' CPU tensors then go to rank 0."""
+        if ps.get_data_parallel_rank() != 0:
+            return {}
+        tp_rank = ps.get_tensor_model_parallel_rank()
+        part: dict[str, Tensor] = {}
+        for chunk in self.chunks:
+            model = unwrap(chunk)
+            # the tensors only: not Transformer Engine's `_extra_state` (fp8 metadata, sized per rank)
+            state = {
+                k: v
+                for k, v in model.state_dict().items()
+                if isinstance(v, Tensor) and not k.endswith("_extra_state")
+            }
+            state = from_te_names(state) if HAVE_TE else state
+            for index, layer in enumerate(global_layers(model)):
+                parts = self._gather_tensor_parallel(layer_tensors(state, index))
+                if tp_rank == 0:
+                    part |= {k: v.cpu() for k, v in megatron_layer_to_hf(parts, layer, self.layout).items()}
+            first = self._gather_tensor_parallel({EMBEDDING: state[EMBEDDING]}) if model.pre_process else None
+            last_keys = [k for k in (FINAL_NORM, OUTPUT, OUTPUT_BIAS) if k in state]
+            last = (
+                self._gather_tensor_parallel({k: state[k] for k in last_keys}) if model.post_process else None
+            )
+            if tp_rank == 0:
+                part |= {k: v.cpu() for k, v in megatron_edges_to_hf(first, last, self.layout).items()}
+        if tp_rank != 0:
+            return {}
+        if self.options.pp == 1:
+            return part
+        stages: list[Any] = [None] * self.options.pp if self.rank == 0 else None
+        dist.gather_object(part, stages, dst=0, group=ps.get_pipeline_model_parallel_group())
+        return {k: v for stage in stages for k, v in stage.items()} if self.rank == 0 else {}
+
+    def _gather_tensor_parallel(self, tensors: Mapping[str, Tensor]) -> list[dict[str, Tensor]]:
+        """`tensors` from every TP rank of this stage, in TP-rank order."""
+        size = self.options.tp
+        if size == 1:
+            return [dict(tensors)]
+        out: list[dict[str, Tensor]] = [{} for _ in range(size)]
+        for key in sorted(tensors):
+            pieces = [torch.empty_like(tensors[key]) for _ in range(size)]
+            dist.all_gather(pieces, tensors[key].contiguous(), group=ps.get_tensor_model_parallel_group())
+            for rank, piece in enumerate(pieces):
+                out[rank][key] = piece
+        return out
+
+    # checkpoint keys --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _model_keys(chunks: list[Any]) -> list[str]:
+        return ["model"] if len(chunks) == 1 else [f"model{i}" for i in range(len(chunks))]
+
+    def _model_sharded_state(self, chunks: list[Any]) -> dict[str, Any]:
+        metadata = sharding_metadata()
+        return {
+            key: unwrap(c).sharded_state_dict(metadata=metadata)
+            for key, c in zip(self._model_keys(chunks), chunks, strict=True)
+        }
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """This rank's place in data parallelism: what the workers use to cut and count the rows."""
+
+    rank: int
+    size: int
+    group: Any
+
+
+def _concat(values: list[Any]) -> Any:
+    return torch.cat(values) if isinstance(values[0], Tensor) else [v for part in values for v in part]
+
+
+def _finalize_grads(model: list[nn.Module], num_tokens: Tensor | None, **kwargs: Any) -> None:
+    """megatron's finalize_model_grads without its division by the token count: our losses arrive
+    divided by the global normaliser already (so the step's gradient is their sum over micro-batches
+    and data-parallel ranks, which DDP sums with calculate_per_token_loss set)."""
+    finalize_model_grads(model, None, **kwargs)
+
+
+class MegatronStrategy(_MegatronModel):
+    """`megatron_train`: TP × PP model parallelism, DDP, megatron's optimizer (distributed optional)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optim: OptimConfig,
+        *,
+        rank: int,
+        world_size: int,
+        device: str = "cuda",
+        strategy_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            "megatron_train",
+            model,
+            rank=rank,
+            world_size=world_size,
+            device=device,
+            strategy_config=strategy_config,
+        )
+        self.optim = optim
+        dtype = self.config.params_dtype
+        ddp_config = DistributedDataParallelConfig(**ddp_config_kwargs(self.options))
+        self.chunks = [
+            DistributedDataParallel(
+                config=self.config, ddp_config=ddp_config, module=chunk, disable_bucketing=index > 0
+            )
+            for index, chunk in enumerate(self.chunks)
+        ]
+        self.model = nn.ModuleList(self.chunks)
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(**optimizer_config_kwargs(optim, self.options, dtype)),
+            self.chunks,
+            config_overrides={},
+        )
+        self.config.finalize_model_grads_func = _finalize_grads
+        if self.options.overlap_grad_reduce:
+            no_sync = [c.no_sync for c in self.chunks]
+            grad_sync = [c.start_grad_sync for c in self.chunks]
+            self.config.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
+            self.config.grad_sync_func = grad_sync[0] if len(grad_sync) == 1 else grad_sync
+        if self.config.fp16:
+            self.config.grad_scale_func = self.optimizer.scale_loss
+        self.optimizer_steps = 0
+
+    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over this data-parallel rank's micro-batches (every rank must bring the
+        same number: checked first, a mismatch would hang in a collective). `loss` is this DP rank's
+        sum of micro-batch losses, the loss_fn metrics their mean, on every rank of the pipeline."""
+        counts: list[int] = [0] * dist.get_world_size()
+        dist.all_gather_object(counts, len(micro_batches))
+        if len(set(counts)) != 1:
+            raise ValueError(
+                f"megatron_train: ranks got different numbers of micro-batches {counts}; they must match"
+            )
+        if not micro_batches:
+            raise ValueError("train_step got no micro-batches")
+        for chunk in self.chunks:
+            chunk.train()
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+
+        def loss(micro_batch: Any, width: int, output: Tensor) -> tuple[Tensor, Tensor, dict[str, Any]]:
+            value, metrics = loss_fn(StageOutput(output, width, self.layout), micro_batch)
+            check_loss_metrics(metrics)
+            no_count = torch.zeros((), dtype=torch.int, device=value.device)  # see _finalize_grads
+            return value, no_count, {"loss": float(value.detach()), "metrics": metrics}
+
+        reduced = self._schedule(micro_batches, loss, forward_only=False)
+        summary = [_summarise(reduced)] if reduced else [None]
+        if self.options.pp > 1:
+            dist.broadcast_object_list(
+                summary,
+                src=ps.get_pipeline_model_parallel_last_rank(),
+                group=ps.get_pipeline_model_parallel_group(),
+            )
+        loss_sum, metrics = summary[0]
+        return {**metrics, **self._optimizer_step(), "loss": loss_sum}
+
+    def _optimizer_step(self) -> dict[str, float]:
+        """Write this step's LR, measure the global gradient norm, skip a non-finite update (the
+        schedule advances either way), clip to max_grad_norm, step."""
+        lr = self.optim.lr * lr_multiplier(self.optimizer_steps, self.optim)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer_steps += 1
+        found_inf = self.optimizer.prepare_grads()  # fp16: unscales and updates the loss scale
+        grad_norm = math.inf if found_inf else float(self.optimizer.get_grad_norm())
+        skipped = not math.isfinite(grad_norm)
+        if skipped:
+            self.optimizer.zero_grad()
+        else:
+            if self.optim.max_grad_norm is not None:
+                for sub in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
+                    params = sub.get_parameters()
+                    if params:
+                        clip_grad_by_total_norm_fp32(
+                            params, max_norm=self.optim.max_grad_norm, total_norm=grad_norm
+                        )
+            self.optimizer.step_with_ready_grads()
+        return {"grad_norm": grad_norm, "lr": float(lr), "update_skipped": float(skipped)}
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        self._sync_params()
+        return super().full_state_dict()
+
+    def _sync_params(self) -> None:
+        """With overlap_param_gather the distributed optimizer's all-gather of updated parameters waits
+        for the next forward: finish it before the parameters are read."""
+        if self.options.overlap_param_gather:
+            for chunk in self.chunks:
+                chunk.start_param_sync(force_sync=True)
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Collective: every rank, the same (shared-filesystem) path."""
+        path = Path(path)
+        (path / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+        self._sync_params()
+        dist_checkpointing.save(self._sharded_state(is_loading=False), str(path / CHECKPOINT_DIR))
+        torch.save(
+            {
+                "rng": get_rng_state(),
+                "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+                "optimizer_steps": self.optimizer_steps,
+                "adam_steps": self._adam_steps(),
+            },
+            path / f"rng_rank{self.rank}.pt",
+        )
+        dist.barrier()
+
+    def load_checkpoint(self, path: Path) -> None:
+        """Collective. The TP × PP layout must equal the one that saved."""
+        path = Path(path)
+        own = path / f"rng_rank{self.rank}.pt"
+        if not own.exists():
+            raise FileNotFoundError(
+                f"{own} missing: was this checkpoint saved with the same number of ranks?"
+            )
+        with torch.no_grad():  # the distributed optimizer copies into views of parameters that require grad
+            self._ready_optimizer_state()
+            loaded = dist_checkpointing.load(self._sharded_state(is_loading=True), str(path / CHECKPOINT_DIR))
+            for key, chunk in zip(self._model_keys(self.chunks), self.chunks, strict=True):
+                load_exactly(unwrap(chunk), loaded[key])
+            self.optimizer.load_state_dict(loaded["optimizer"])
+        extra = torch.load(own, weights_only=True)
+        self._set_adam_steps(extra["adam_steps"])
+        self.optimizer_steps = int(extra["optimizer_steps"])
+        set_rng_state(extra["rng"])
+        tensor_parallel.get_cuda_rng_tracker().set_states(extra["tracker"])
+
+    def _sub_optimizers(self) -> list[Any]:
+        return list(getattr(self.optimizer, "chained_optimizers", [self.optimizer]))
+
+    def _ready_optimizer_state(self) -> None:
+        """megatron-core loads a distributed optimizer's checkpoint into Adam state that must exist
+        already (Megatron-LM creates it at set-up with init_state_fn); torch's own Adam (used without
+        Transformer Engine or Apex) also needs its per-parameter step there. SGD without momentum has
+        no state, but megatron-core 0.16 calls its (absent) init_state_fn when loading all the same."""
+        for sub in self._sub_optimizers():
+            if sub.init_state_fn is None:
+                sub.init_state_fn = _no_state
+            if isinstance(sub, DistributedOptimizer) and not sub.optimizer.state:
+                sub.init_state_fn(sub.optimizer, sub.config)
+            if isinstance(sub.optimizer, torch.optim.Adam | torch.optim.AdamW):
+                for state in sub.optimizer.state.values():
+                    state.setdefault("step", torch.zeros((), dtype=torch.float32))
+
+    def _torch_adam_states(self) -> list[dict[str, Any]]:
+        return [
+            state
+            for sub in self._sub_optimizers()
+            if isinstance(sub.optimizer, torch.optim.Adam | torch.optim.AdamW)
+            for state in sub.optimizer.state.values()
+        ]
+
+    def _adam_steps(self) -> float | None:
+        """The update count of torch's own Adam (None without its state: TE / Apex Adam keep theirs in the
+        param groups, which megatron's checkpoint restores)."""
+        states = [state for state in self._torch_adam_states() if "step" in state]
+        return float(states[0]["step"]) if states else None
+
+    def _set_adam_steps(self, steps: float | None) -> None:
+        """Restore torch Adam's per-parameter step ourselves: megatron-core 0.16's distributed optimizer
+        restores it from its own param groups, not the checkpoint's, as ONE tensor shared by all
+        parameters (the next update would then advance it once per parameter)."""
+        if steps is not None:
+            for state in self._torch_adam_states():
+                state["step"] = torch.tensor(steps, dtype=torch.float32)
+
+    def _sharded_state(self, *, is_loading: bool) -> dict[str, Any]:
+        state = self._model_sharded_state(self.chunks)
+        state["optimizer"] = self.optimizer.sharded_state_dict(
+            state, is_loading=is_loading, metadata=sharding_metadata()
+        )
+        return state
+
+
+def _no_state(optimizer: torch.optim.Optimizer, config: Any = None) -> None:
+    """init_state_fn of an optimizer without state (SGD without momentum)."""
+
+
+def _summarise(reduced: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:
+    """(Σ micro-batch losses, loss_fn metrics averaged over micro-batches) on the last stage."""
+    sums: dict[str, float] = {}
+    for item in reduced:
+        for key, value in item["metrics"].items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+    return sum(item["loss"] for item in reduced), {k: v / len(reduced) for k, v in sums.items()}
+
+
+class MegatronForward(_MegatronModel):
+    """`megatron_infer`: a frozen model sharded TP × PP for forward passes (reference log-probs)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        rank: int,
+        world_size: int,
+        device: str = "cuda",
+        strategy_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            "megatron_infer",
+            model,
+            rank=rank,
+            world_size=world_size,
+            device=device,
+            strategy_config=strategy_config,
+        )
+        for chunk in self.chunks:
+            chunk.eval().requires_grad_(False)

@@ -50,3 +50,8 @@ PY
 fi
 echo "[test] pytest tests/platform (PostgreSQL: ${pg_url%%@*}@…)"
 DATABASE_URL="$pg_url" python -m pytest tests/platform -m "not slow"
+
+# The fault suite (issue 20): each fault at a random step of a real run on a two-node stack
+# (scripts/run_platform.py --nodes 2); it prints the fault table. POLICYLAB_FAULT_SEED repeats a session.
+echo "[test] pytest tests/faults (fault table at the end)"
+python -m pytest tests/faults

@@ -4,7 +4,6 @@ at the end of the session (see harness.py)."""
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "policylab.settings")
@@ -15,15 +14,11 @@ django.setup()
 
 import pytest  # noqa: E402
 
-from tests.faults.harness import FAULTS, Row, Stack, table  # noqa: E402
+from tests.faults.harness import FAULTS, LOCKED, ROWS, SEED, Stack, table  # noqa: E402
 from tests.services import use_file_sqlite_test_database  # noqa: E402
 
 use_file_sqlite_test_database()
 
-# POLICYLAB_FAULT_SEED=<n> repeats a session's injection points.
-SEED = int(os.environ.get("POLICYLAB_FAULT_SEED") or random.SystemRandom().randrange(1_000_000))
-ROWS: list[Row] = []
-LOCKED: list[tuple[str, int]] = []  # (database engine, "database is locked" lines in the stack's logs)
 
 
 @pytest.fixture(scope="package")

@@ -8,9 +8,11 @@ import uuid
 
 import pytest
 
-from tests.faults.conftest import ROWS, SEED
 from tests.faults.harness import (
     FAULTS,
+    ROWS,
+    SECOND_NODE,
+    SEED,
     cleanup_stopped,
     client_for,
     expectations,
@@ -21,8 +23,6 @@ from tests.faults.harness import (
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-SECOND_NODE = "kill -9 second Ray node"  # in test_two_nodes.py, with Ray's records of where roles ran
 
 
 @pytest.fixture

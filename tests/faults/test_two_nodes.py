@@ -7,10 +7,12 @@ import uuid
 
 import pytest
 
-from tests.faults.conftest import ROWS, SEED
 from tests.faults.harness import (
     DEVICES_PER_NODE,
     FAULTS,
+    ROWS,
+    SECOND_NODE,
+    SEED,
     FaultError,
     cleanup_stopped,
     client_for,
@@ -23,7 +25,6 @@ from tests.faults.harness import (
     tenant,
     wait_for,
 )
-from tests.faults.test_faults import SECOND_NODE
 from trainer.cluster.resources import node_resource
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

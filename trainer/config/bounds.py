@@ -93,7 +93,11 @@ def check_yaml_text(text: str, where: str, loader: type) -> None:
                 raise limit_error(
                     where, f"expands to more than {MAX_NODES:,} values (after YAML aliases); the limit is {MAX_NODES:,}"
                 )
-    except yaml.YAMLError:
+    except yaml.YAMLError as error:
+        # PyYAML >= 6.0.4's scanner refuses deep flow nesting itself, before its parser yields the events
+        # counted above (it reads every `[` ahead while a simple key may still follow): the same limit.
+        if "exceeded maximum nesting depth" in str(error):
+            raise limit_error(where, f"nested deeper than {MAX_DEPTH} levels; the limit is {MAX_DEPTH}") from None
         return  # the real load reports syntax errors with their line
 
 

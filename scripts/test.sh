@@ -51,7 +51,4 @@ fi
 echo "[test] pytest tests/platform (PostgreSQL: ${pg_url%%@*}@…)"
 DATABASE_URL="$pg_url" python -m pytest tests/platform -m "not slow"
 
-# The fault suite (issue 20): each fault at a random step of a real run on a two-node stack
-# (scripts/run_platform.py --nodes 2); it prints the fault table. POLICYLAB_FAULT_SEED repeats a session.
-echo "[test] pytest tests/faults (fault table at the end)"
-python -m pytest tests/faults
+# The fault suite (tests/faults, ~10 min, prints the fault table) runs apart: python bench/faults.py

@@ -369,7 +369,7 @@ FAULTS = [
     Fault("kill -9 Celery worker", kill_service("Celery worker", is_celery("worker")), takes_over=True),
     Fault("kill -9 Ray driver (trainer)", kill_driver, r"exit code (-9|137)"),  # 137: 128 + SIGKILL, via the shell
     Fault("kill -9 worker actor", kill_actor, r"role 'actor_train' rank 0: \w+ failed: Actor"),
-    Fault(SECOND_NODE, kill_second_node, r"role 'actor_infer' rank 0: \w+ failed: "),
+    Fault(SECOND_NODE, kill_second_node, r"role 'actor_infer' rank 0: \w+ failed: |exit code 1\b"),
     Fault("kill -9 ingest consumer", kill_service("ingest consumer", is_manage("ingest_events"))),
     Fault("kill -9 web server", kill_service("web server", is_daphne)),
     Fault("restart of Redis (kill -9)", kill_service("Redis", is_redis)),

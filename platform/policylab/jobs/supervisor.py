@@ -210,7 +210,8 @@ def open_attempt(run: Run, number: int, retry: int, launch_resume_from: str) -> 
     with transaction.atomic():
         attempt = RunAttempt.objects.create(run=run, number=number, status=SUBMITTING, heartbeat_at=timezone.now())
         AttemptLaunch.objects.create(attempt=attempt, retry=retry, launch_resume_from=launch_resume_from)
-        _set_run(run.pk, SUBMITTING, f"attempt {number}: submitting to Ray")
+        # compare-and-set: a cancel that landed since the caller read the run stands (the next tick ends it)
+        _set_run(run.pk, SUBMITTING, f"attempt {number}: submitting to Ray", only_if=Q(cancel_requested=False))
     return attempt
 
 

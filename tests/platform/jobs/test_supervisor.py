@@ -49,6 +49,21 @@ def test_a_run_cancelled_before_it_started_never_reaches_ray(experiment) -> None
     assert run.attempts.count() == 0
 
 
+def test_a_cancel_between_reading_the_run_and_opening_its_attempt_is_not_overwritten(experiment) -> None:
+    from policylab.jobs.services import cancel_run
+    from policylab.jobs.supervisor import open_attempt
+
+    run = Run.objects.create(experiment=experiment)  # queued: what the supervisor read
+    stale = Run.objects.get(pk=run.pk)
+    assert cancel_run(run) and run.status == "cancelling"
+    open_attempt(stale, 1, retry=0, launch_resume_from="")
+    run.refresh_from_db()
+    assert (run.status, run.cancel_requested) == ("cancelling", True)
+    assert tick(run.pk, RaySession(NOWHERE)) == "cancelled"
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.attempts.get().ray_job_id == ""  # never submitted
+
+
 def test_an_invalid_config_fails_the_run_without_submitting_or_retrying(experiment, settings, tmp_path: Path) -> None:
     settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
     run = Run.objects.create(experiment=experiment, overrides=["max_steps=-3"], max_retries=2)

@@ -150,6 +150,8 @@ def _run(args: argparse.Namespace) -> int:
     from trainer.config.preflight import preflight
     from trainer.pipeline.runner import RunIdentity, run_training
 
+    if args.exit_with_parent:  # armed first: a cancel may land while the config and preflight still run
+        exit_when_orphaned()
     try:
         cfg = load_config(Path(args.config), args.overrides, env=config_environment())
     except ConfigError as exc:
@@ -173,8 +175,6 @@ def _run(args: argparse.Namespace) -> int:
             _report_config_failure(args, f"{what}: {summary}")
             return EXIT_INVALID
     identity = RunIdentity.from_env(cfg, args.run_id, args.attempt, args.events_redis)
-    if args.exit_with_parent:
-        exit_when_orphaned()
     return run_training(cfg, identity, backend=args.workers)
 
 

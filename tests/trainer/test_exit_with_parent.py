@@ -1,5 +1,5 @@
 """`python -m trainer run --exit-with-parent` stops once its parent process is gone (an orphaned Ray job
-entrypoint, see trainer.cli.exit_when_orphaned)."""
+entrypoint, see trainer.cli.exit_when_orphaned), and not while its parent lives."""
 
 from __future__ import annotations
 
@@ -9,19 +9,22 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from trainer.cli import exit_when_orphaned
 
-
-def test_an_orphan_sigterms_itself_and_a_child_with_its_parent_runs_on(tmp_path) -> None:
-    # parent: starts a child that arms the watch and then waits for SIGTERM, prints its pid, exits at once
+def watched_child(tmp_path: Path, *, parent_exits: bool, child_runs_s: float) -> str:
+    """A parent process starts a child that arms the watch (polling every 50 ms), records a SIGTERM in a file
+    and otherwise writes "done" after `child_runs_s`; the parent exits at once or waits for the child.
+    Returns what the child wrote."""
+    record = tmp_path / "record"
     child = (
         "import signal, sys, time\n"
         "from trainer.cli import exit_when_orphaned\n"
-        f"signal.signal(signal.SIGTERM, lambda *a: (open({str(tmp_path / 'got')!r}, 'w').write('TERM'), sys.exit(0)))\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: (open({str(record)!r}, 'w').write('TERM'), sys.exit(0)))\n"
         "exit_when_orphaned(poll_s=0.05)\n"
         "print('armed', flush=True)\n"
-        "time.sleep(60)\n"
+        f"time.sleep({child_runs_s})\n"
+        f"open({str(record)!r}, 'w').write('done')\n"
     )
     parent = (
         "import subprocess, sys\n"
@@ -29,21 +32,23 @@ def test_an_orphan_sigterms_itself_and_a_child_with_its_parent_runs_on(tmp_path)
         " start_new_session=True)\n"
         "assert p.stdout.readline().strip() == 'armed'\n"
         "print(p.pid, flush=True)\n"
+        f"{'' if parent_exits else 'p.wait()'}\n"
     )
-    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,
-                         cwd=os.getcwd())
-    orphan = int(out.stdout.strip())
-    deadline = time.monotonic() + 30
-    while (tmp_path / "got").exists() is False and time.monotonic() < deadline:
-        time.sleep(0.05)
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60, cwd=os.getcwd())
+    child_pid = int(out.stdout.strip())
     try:
-        assert (tmp_path / "got").read_text() == "TERM"
+        deadline = time.monotonic() + 30
+        while not record.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return record.read_text()
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(orphan, signal.SIGKILL)
+            os.kill(child_pid, signal.SIGKILL)
 
 
-def test_the_watch_stays_quiet_while_the_parent_lives() -> None:
-    thread = exit_when_orphaned(poll_s=0.01)
-    time.sleep(0.1)
-    assert thread.is_alive()  # still watching: this process's parent (pytest's) is alive
+def test_an_orphan_sigterms_itself(tmp_path: Path) -> None:
+    assert watched_child(tmp_path, parent_exits=True, child_runs_s=60) == "TERM"
+
+
+def test_a_child_whose_parent_lives_runs_to_its_end(tmp_path: Path) -> None:
+    assert watched_child(tmp_path, parent_exits=False, child_runs_s=1) == "done"

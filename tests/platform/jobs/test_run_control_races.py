@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 from functools import partial
+from pathlib import Path
 
 import pytest
 from django.db import OperationalError, close_old_connections
@@ -104,6 +105,9 @@ def test_cancel_and_resume_races_end_cancelled_and_retry_nothing(
     for _, _, job_id in attempts:
         if job_id:
             assert ray_jobs.job_state(ray_client, job_id).status in {"STOPPED", "FAILED"}, job_id
+    # ... and no trainer of the run trains on: a job stopped while starting must not leave its entrypoint
+    # orphaned (trainer/cli.py exit_when_orphaned).
+    wait_for(lambda: not trainer_processes(run), 30, f"the trainer processes of run {run.pk} to end")
 
     # Beat's reconcile (every 2 s here) keeps looking: nothing is picked up again.
     time.sleep(5)
@@ -112,3 +116,18 @@ def test_cancel_and_resume_races_end_cancelled_and_retry_nothing(
     jobs_of_run = [j.submission_id for j in ray_client.list_jobs() if (j.submission_id or "").startswith(prefix)]
     assert sorted(jobs_of_run) == sorted(a[2] for a in attempts if a[2])
     assert Run.objects.get(pk=run.pk).attempts.count() == len(attempts)
+
+
+def trainer_processes(run: Run) -> list[int]:
+    """Pids of `python -m trainer run <this run's config>` processes on this machine."""
+    config = str(run.run_dir / "config.yaml")
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"trainer" in argv and config.encode() in argv:
+                found.append(int(proc.name))
+    return found

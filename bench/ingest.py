@@ -29,12 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
 
+from bench.platform_setup import bench_run, wait_port  # noqa: E402
 from scripts.services import free_port, service_env, start_redis  # noqa: E402
 
 MLFLOW_CLIENT = r"""
@@ -63,20 +63,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def wait_port(port: int, process: subprocess.Popen, what: str, timeout: float = 90) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{what} did not start (exit {process.poll()})") from None
-            time.sleep(0.2)
-
-
 def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO_ROOT) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -84,32 +70,10 @@ def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO_ROOT
 
 def setup_django(database_url: str, redis_url: str, work: Path):
     """Configure Django on a fresh database; returns (run, session cookie)."""
-    os.environ.update(
-        {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "POLICYLAB_VAR_DIR": str(work),
-         "POLICYLAB_RUNS_DIR": str(work / "runs"), "DJANGO_SETTINGS_MODULE": "policylab.settings",
-         "POLICYLAB_LOG_LEVEL": "WARNING"}
-    )
-    import django
-
-    django.setup()
+    run, session = bench_run(database_url, redis_url, work, status="running")
     from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-    from django.test import Client
 
-    from policylab.accounts.models import Membership, Team
-    from policylab.experiments.models import Experiment, Project, Run
-
-    call_command("migrate", verbosity=0)
-    user = get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:6]}", password=uuid.uuid4().hex)
-    team = Team.objects.create(name="Bench", slug=f"bench-{uuid.uuid4().hex[:6]}")
-    Membership.objects.create(user=user, team=team, role="member")
-    project = Project.objects.create(team=team, name="bench")
-    experiment = Experiment.objects.create(project=project, name="bench", config={}, config_yaml="", config_hash="0")
-    run = Run.objects.create(experiment=experiment, status="running")
-    client = Client()
-    client.force_login(user)
-    return run, f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    return run, f"{settings.SESSION_COOKIE_NAME}={session}"
 
 
 def emit(emitter, steps: int, keys: int, first_step: int, rate: float | None) -> None:

@@ -34,12 +34,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
 
+from bench.platform_setup import bench_run, wait_port  # noqa: E402
 from scripts.services import free_port, service_env, start_redis  # noqa: E402
 
 PEER_COMMIT = "d59419e"  # the eager run page (before issue 16)
@@ -75,45 +75,12 @@ requestAnimationFrame(visibleDrawn);
 """
 
 
-def wait_port(port: int, process: subprocess.Popen, what: str, timeout: float = 90) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{what} did not start (exit {process.poll()})") from None
-            time.sleep(0.2)
-
-
 def setup(database_url: str, redis_url: str, work: Path, keys: int, steps: int):
     """A fresh database with one run of `keys` x `steps` points stored through ingest; returns (run, cookie,
     seconds spent storing)."""
-    os.environ.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "POLICYLAB_VAR_DIR": str(work),
-                       "POLICYLAB_RUNS_DIR": str(work / "runs"), "DJANGO_SETTINGS_MODULE": "policylab.settings",
-                       "POLICYLAB_LOG_LEVEL": "WARNING"})
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.core.management import call_command
-    from django.test import Client
-
-    from policylab.accounts.models import Membership, Team
-    from policylab.experiments.models import Experiment, Project, Run
+    run, session = bench_run(database_url, redis_url, work, status="succeeded", current_step=steps, total_steps=steps)
     from policylab.tracking.ingest import ingest_events
 
-    call_command("migrate", verbosity=0)
-    user = get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:6]}", password=uuid.uuid4().hex)
-    team = Team.objects.create(name="Bench", slug=f"bench-{uuid.uuid4().hex[:6]}")
-    Membership.objects.create(user=user, team=team, role="member")
-    project = Project.objects.create(team=team, name="bench")
-    experiment = Experiment.objects.create(project=project, name="bench", config={}, config_yaml="", config_hash="0")
-    run = Run.objects.create(experiment=experiment, status="succeeded", current_step=steps, total_steps=steps)
     names = [f"{PREFIXES[k % len(PREFIXES)]}/metric_{k:02d}" for k in range(keys)]
     started = time.perf_counter()
     t0 = time.time() - steps
@@ -124,9 +91,7 @@ def setup(database_url: str, redis_url: str, work: Path, keys: int, steps: int):
                   for step in range(first, min(first + 200, steps + 1))]
         ingest_events(events, publish=False, backfill_gaps=False)
     stored = time.perf_counter() - started
-    client = Client()
-    client.force_login(user)
-    return run, client.cookies[settings.SESSION_COOKIE_NAME].value, stored
+    return run, session, stored
 
 
 def peer_modules() -> dict[str, str] | None:

@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "policylab.settings")
 # Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make in
@@ -23,7 +24,8 @@ django.setup()
 
 import pytest  # noqa: E402
 
-from tests.services import use_file_sqlite_test_database  # noqa: E402
+from tests.platform.web_stack import TrackingStack, share_channels, start_tracking_stack  # noqa: E402
+from tests.services import claim_redis_db, use_file_sqlite_test_database  # noqa: E402
 
 use_file_sqlite_test_database()
 
@@ -95,3 +97,17 @@ def signed_in(page, live_server, web_user) -> object:
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/")
     return page
+
+
+@pytest.fixture
+def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -> Iterator[TrackingStack]:
+    """The web stack (tests/platform/web_stack.py) on a Redis database of this test's own; the test process
+    publishes on its Channels layer too."""
+    claimed, release = claim_redis_db(redis_url)
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    try:
+        with start_tracking_stack(claimed, settings.POLICYLAB_RUNS_DIR, tmp_path) as stack:
+            share_channels(settings, stack)
+            yield stack
+    finally:
+        release()

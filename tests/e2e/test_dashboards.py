@@ -20,19 +20,16 @@ import csv
 import io
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.platform.web_stack import (
-    TrackingStack,
+    emitter_for,
+    ingested,
     off_the_browser_thread,
-    share_channels,
     sign_in,
-    start_tracking_stack,
 )
-from tests.services import claim_redis_db, wait_for
 
 pytestmark = pytest.mark.e2e
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,18 +54,6 @@ def shot(page, name: str, *, scroll: bool = False) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
-@pytest.fixture
-def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -> Iterator[TrackingStack]:
-    """The stack on a Redis database of this test's own; the test process publishes on its layer too."""
-    claimed, release = claim_redis_db(redis_url)
-    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
-    try:
-        with start_tracking_stack(claimed, settings.POLICYLAB_RUNS_DIR, tmp_path) as stack:
-            share_channels(settings, stack)
-            yield stack
-    finally:
-        release()
-
 
 def make_run(web_user, name: str = "", config: dict | None = None, **fields):
     from policylab.experiments.models import Experiment, Run
@@ -79,13 +64,6 @@ def make_run(web_user, name: str = "", config: dict | None = None, **fields):
     )
     return Run.objects.create(experiment=experiment, created_by=web_user.user, **fields)
 
-
-def emitter_for(run, stack: TrackingStack, attempt: int = 1):
-    from trainer.telemetry import EventEmitter, JsonlSink
-    from trainer.telemetry.redis_stream import RedisStreamSink
-
-    sinks = [JsonlSink(run.run_dir / "events.jsonl"), RedisStreamSink(stack.redis_url, run.trainer_run_id)]
-    return EventEmitter(run.trainer_run_id, attempt, sinks)
 
 
 def step_metrics(step: int, with_async: bool = True) -> dict[str, float]:
@@ -107,12 +85,6 @@ class FakeRay:
         return self.output
 
 
-def ingested(run, seq: int) -> None:
-    """Wait until ingest has stored the run's events up to `seq`."""
-    from policylab.tracking.models import IngestCursor
-
-    wait_for(lambda: IngestCursor.objects.filter(run=run, last_seq__gte=seq).exists(), 30, f"ingest to reach seq {seq}")
-
 
 def metric_requests(page) -> list[str]:
     return page.evaluate("""() => performance.getEntriesByType("resource").map((e) => e.name)
@@ -132,7 +104,7 @@ def test_run_page_lazy_charts_search_pins_axes_csv_async_panel_phases_and_live_l
     emitter = emitter_for(run, tracking_stack)
     for step in range(1, 4):  # history before the page opens: its charts come from the downsampling API
         emitter.metrics(step_metrics(step), step)
-    ingested(run, emitter.seq)
+    ingested(run, emitter.seq, timeout=30)
     sign_in(page, tracking_stack, web_user.user)
     page.goto(f"{tracking_stack.url}/runs/{run.pk}/")
     expect(page.locator("#live-state")).to_have_text("live")
@@ -365,7 +337,7 @@ def test_compare_adds_a_run_and_follows_both_live(page, web_user, tracking_stack
     for step in (1, 2, 3):
         for run, scale in ((first, 1.0), (second, 1.5)):
             emitters[run.pk].metrics({"reward/mean": scale * step / 10, "actor/kl": 0.01 * step}, step)
-    ingested(second, emitters[second.pk].seq)
+    ingested(second, emitters[second.pk].seq, timeout=30)
     sign_in(page, tracking_stack, web_user.user)
     # History: the metric's last and best as columns, sorted by the best, every choice in the URL.
     page.goto(f"{tracking_stack.url}/history/?metrics=reward/mean&sort=-m0.best")

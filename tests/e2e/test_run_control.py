@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.platform.web_stack import (
     CELERY_CHANNELS_PREFIX,
-    TrackingStack,
+    emitter_for,
+    ingested,
     off_the_browser_thread,
-    share_channels,
     sign_in,
     start_tracking_stack,
 )
-from tests.services import claim_redis_db, wait_for
 
 pytestmark = pytest.mark.e2e
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,33 +39,7 @@ RECORD_HEADER = """() => {
 }"""
 
 
-@pytest.fixture
-def tracking_stack(transactional_db, redis_url: str, settings, tmp_path: Path) -> Iterator[TrackingStack]:
-    """The stack on a Redis database of this test's own; the test process publishes on its layer too."""
-    claimed, release = claim_redis_db(redis_url)
-    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
-    try:
-        with start_tracking_stack(claimed, settings.POLICYLAB_RUNS_DIR, tmp_path) as stack:
-            share_channels(settings, stack)
-            yield stack
-    finally:
-        release()
 
-
-def emitter_for(run, stack: TrackingStack, attempt: int):
-    """What the trainer of `attempt` writes: the run's events.jsonl and its Redis Stream."""
-    from trainer.telemetry import EventEmitter, JsonlSink
-    from trainer.telemetry.redis_stream import RedisStreamSink
-
-    sinks = [JsonlSink(run.run_dir / "events.jsonl"), RedisStreamSink(stack.redis_url, run.trainer_run_id)]
-    return EventEmitter(run.trainer_run_id, attempt, sinks)
-
-
-def ingested(run, seq: int) -> None:
-    """Wait until ingest has stored the run's events up to `seq`."""
-    from policylab.tracking.models import IngestCursor
-
-    wait_for(lambda: IngestCursor.objects.filter(run=run, last_seq__gte=seq).exists(), 20, f"ingest to reach seq {seq}")
 
 
 def make_run(web_user, config: dict, **fields):

@@ -4,6 +4,7 @@ at the end of the session (see harness.py)."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "policylab.settings")
@@ -14,7 +15,18 @@ django.setup()
 
 import pytest  # noqa: E402
 
-from tests.faults.harness import FAULTS, LOCKED, ROWS, SEED, Stack, table  # noqa: E402
+from tests.faults.harness import (  # noqa: E402
+    FAULTS,
+    LOCKED,
+    ROWS,
+    SEED,
+    Client,
+    Stack,
+    client_for,
+    make_experiment,
+    table,
+    tenant,
+)
 from tests.services import use_file_sqlite_test_database  # noqa: E402
 
 use_file_sqlite_test_database()
@@ -45,3 +57,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for row in ROWS:
         for problem in row.problems:
             terminalreporter.write_line(f"{row.fault}: {problem}")
+
+
+@pytest.fixture
+def tenant_client(fault_stack: Stack) -> tuple[Client, int]:
+    """A user of a team of their own on the stack, the team's API client, and an experiment of the short demo."""
+    user, team, project = tenant(f"faults-{uuid.uuid4().hex[:8]}")
+    return client_for(fault_stack, user, team), make_experiment(project, user)

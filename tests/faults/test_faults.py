@@ -4,8 +4,6 @@ duplicated, rollouts and checkpoints as in the run directory, and the page and t
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from tests.faults.harness import (
@@ -14,21 +12,13 @@ from tests.faults.harness import (
     SECOND_NODE,
     SEED,
     cleanup_stopped,
-    client_for,
     expectations,
     fault_rng,
-    make_experiment,
     run_fault,
-    tenant,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-
-@pytest.fixture
-def tenant_client(fault_stack):
-    user, team, project = tenant(f"faults-{uuid.uuid4().hex[:8]}")
-    return client_for(fault_stack, user, team), make_experiment(project, user)
 
 
 @pytest.mark.parametrize("fault", [f for f in FAULTS if f.name != SECOND_NODE], ids=lambda f: f.name)

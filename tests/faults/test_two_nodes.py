@@ -3,8 +3,6 @@ them), as Ray's own records show; and it survives losing the second node mid-run
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from tests.faults.harness import (
@@ -15,25 +13,17 @@ from tests.faults.harness import (
     SEED,
     FaultError,
     cleanup_stopped,
-    client_for,
     current,
     expectations,
     fault_rng,
     launch,
-    make_experiment,
     run_fault,
-    tenant,
     wait_for,
 )
 from trainer.cluster.resources import node_resource
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-
-@pytest.fixture
-def tenant_client(fault_stack):
-    user, team, project = tenant(f"nodes-{uuid.uuid4().hex[:8]}")
-    return client_for(fault_stack, user, team), make_experiment(project, user)
 
 
 def node_index_of_actors(address: str) -> dict[str, int]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from django.conf import settings as django_settings
 
 from scripts.services import free_port, service_env
-from tests.services import database_url
+from tests.services import database_url, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The prefix the Celery worker of tests/services.py computes from the same environment (it sets none).
@@ -132,3 +132,20 @@ def sign_in(page, stack: TrackingStack, user) -> None:
     client.force_login(user)
     cookie = client.cookies[django_settings.SESSION_COOKIE_NAME]
     page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": stack.url}])
+
+
+def emitter_for(run, stack: TrackingStack, attempt: int = 1):
+    """What the trainer of `attempt` writes: the run's events.jsonl and its Redis Stream."""
+    from trainer.telemetry import EventEmitter, JsonlSink
+    from trainer.telemetry.redis_stream import RedisStreamSink
+
+    sinks = [JsonlSink(run.run_dir / "events.jsonl"), RedisStreamSink(stack.redis_url, run.trainer_run_id)]
+    return EventEmitter(run.trainer_run_id, attempt, sinks)
+
+
+def ingested(run, seq: int, timeout: float = 20) -> None:
+    """Wait until ingest has stored the run's events up to `seq`."""
+    from policylab.tracking.models import IngestCursor
+
+    wait_for(lambda: IngestCursor.objects.filter(run=run, last_seq__gte=seq).exists(), timeout,
+             f"ingest to reach seq {seq}")

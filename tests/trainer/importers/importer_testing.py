@@ -43,10 +43,14 @@ def base(fmt: str) -> dict[str, Any]:
 
 
 def with_key(fmt: str, path: str, value: Any) -> dict[str, Any]:
-    raw = base(fmt)
+    return set_key(base(fmt), path, value)
+
+
+def set_key(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """`raw` with the dotted `path` set to a copy of `value` (sections created as needed)."""
     node = raw
-    parts = path.split(".")
-    for part in parts[:-1]:
+    *parents, last = path.split(".")
+    for part in parents:
         node = node.setdefault(part, {})
-    node[parts[-1]] = copy.deepcopy(value)
+    node[last] = copy.deepcopy(value)
     return raw

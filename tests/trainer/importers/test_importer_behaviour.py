@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from importer_testing import base, with_key
+from importer_testing import base, set_key, with_key
 
 from tests.trainer.config.config_testing import coherent_config
 from trainer.cli import main
@@ -162,6 +162,27 @@ def test_verl_mini_batch_must_divide_train_batch_and_micro_must_fit() -> None:
     # 32 prompts × 4 = 128 samples over 4 GPUs = 32 per GPU, not a multiple of micro 6
     _, issues = translate(with_key("verl", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 6), "verl")
     assert any("ppo_micro_batch_size_per_gpu" in i.message for i in issues if i.severity == "error")
+
+
+@pytest.mark.parametrize(("fmt", "section", "rank", "alpha", "targets"), [
+    ("verl", "actor_rollout_ref.model", "lora_rank", "lora_alpha", "target_modules"),
+    ("skyrl", "trainer.policy.model", "lora.rank", "lora.alpha", "lora.target_modules"),
+])
+def test_lora_alpha_and_targets_import_only_with_a_positive_rank(fmt, section, rank, alpha, targets) -> None:
+    def imported(rank_value: int) -> tuple[dict, list]:
+        raw = with_key(fmt, f"{section}.{rank}", rank_value)
+        set_key(raw, f"{section}.{alpha}", 32)
+        set_key(raw, f"{section}.{targets}", ["q_proj", "v_proj"])
+        return translate(raw, fmt)
+
+    native, _ = imported(8)
+    model_args = native["actor_train"]["model_args"]
+    assert (model_args["lora_alpha"], model_args["lora_target"]) == (32, "q_proj,v_proj")
+    native, issues = imported(0)
+    assert "lora_alpha" not in native["actor_train"].get("model_args", {})
+    warned = {i.path: i.message for i in issues if i.severity == "warning"}
+    for key in (alpha, targets):
+        assert f"not imported: used only when {rank} > 0" in warned[f"{section}.{key}"], warned
 
 
 def test_verl_global_micro_batch_is_divided_by_the_devices() -> None:

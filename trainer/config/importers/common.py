@@ -108,6 +108,22 @@ def import_save_interval(t: Translation, source: str) -> None:
                "set save_steps = max_steps for only the final one")
 
 
+def import_lora(t: Translation, section: str, *, rank: str, alpha: str, targets: str) -> None:
+    """LoRA alpha and target modules under `section` (its rank is a plain rule): mapped when rank > 0, else
+    each one written is reported as not imported. Target modules may be a list or a comma-separated string."""
+    if (t.get(f"{section}.{rank}") or 0) <= 0:
+        for key in (alpha, targets):
+            if t.written(f"{section}.{key}"):
+                t.warn(f"{section}.{key}", f"= {t.get(f'{section}.{key}')!r} not imported: used only when {rank} > 0")
+        return
+    if t.has(f"{section}.{alpha}"):
+        t.set("actor_train.model_args.lora_alpha", t.int(f"{section}.{alpha}"), f"{section}.{alpha}")
+    target = t.get(f"{section}.{targets}")
+    if target is not None:
+        text = ",".join(str(x) for x in target) if isinstance(target, list) else str(target)
+        t.set("actor_train.model_args.lora_target", text, f"{section}.{targets}")
+
+
 def positive_interval(value: Any) -> Any:
     """verl/SkyRL/RLinf write -1 for "never"; the native eval_steps treats <= 0 as disabled too."""
     return value if value > 0 else -1

@@ -20,6 +20,7 @@ from trainer.config.importers.common import (
     drop_unused_reference,
     fill_model_paths,
     fit_to_model,
+    import_lora,
     import_save_interval,
     positive_interval,
     settle_strategies,
@@ -361,7 +362,7 @@ def finish(t: Translation) -> None:
     t.native["rewards"] = {"math": {"reward_type": "math_rule"}}
     if t.written("deepspeed_config") and t.get(f"{T}.strategy") != "deepspeed":
         warn_unused(t, "deepspeed_config", "DeepSpeed templates are used only when trainer.strategy is deepspeed")
-    _lora(t)
+    import_lora(t, f"{T}.policy.model", rank="lora.rank", alpha="lora.alpha", targets="lora.target_modules")
     if t.has("data.val_data"):
         val = t.native.setdefault("validation", {})
         val.setdefault("generating_args", {})
@@ -417,21 +418,6 @@ def _losses(t: Translation) -> None:
         t.set("entropy_loss_coef", t.float(f"{ALG}.entropy_loss_coef", 0.01), f"{ALG}.entropy_loss_coef")
     elif t.written(f"{ALG}.entropy_loss_coef"):
         t.warn(f"{ALG}.entropy_loss_coef", "not imported: use_entropy_loss is false")
-
-
-def _lora(t: Translation) -> None:
-    lora = f"{T}.policy.model.lora"
-    if (t.get(f"{lora}.rank") or 0) <= 0:
-        for key in ("alpha", "target_modules"):
-            if t.written(f"{lora}.{key}"):
-                t.warn(f"{lora}.{key}", f"= {t.get(f'{lora}.{key}')!r} not imported: used only when lora.rank > 0")
-        return
-    if t.has(f"{lora}.alpha"):
-        t.set("actor_train.model_args.lora_alpha", t.int(f"{lora}.alpha"), f"{lora}.alpha")
-    target = t.get(f"{lora}.target_modules")
-    if target is not None:
-        text = ",".join(str(x) for x in target) if isinstance(target, list) else str(target)
-        t.set("actor_train.model_args.lora_target", text, f"{lora}.target_modules")
 
 
 def _strategies(t: Translation, has_critic: bool) -> None:

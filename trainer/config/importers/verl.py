@@ -18,6 +18,7 @@ from typing import Any
 from trainer.config.importers.common import (
     drop_unused_reference,
     fill_model_paths,
+    import_lora,
     import_save_interval,
     positive_interval,
     settle_strategies,
@@ -520,7 +521,7 @@ def finish(t: Translation) -> None:
     for role, src in (("actor_train", f"{ARR}.actor.optim"), ("critic", "critic.optim")):
         if role in t.native:
             _megatron_optimizer(t, role, src)
-    _lora(t)
+    import_lora(t, f"{ARR}.model", rank="lora_rank", alpha="lora_alpha", targets="target_modules")
     _kl(t)
     _kl_target(t)
     _dapo(t)
@@ -607,21 +608,6 @@ def _megatron_optimizer(t: Translation, role: str, src: str) -> None:
             t.error(f"{src}.min_lr", f"{t.get(f'{src}.min_lr')} must lie between 0 and {src}.lr = {lr}")
         else:
             t.set(f"{role}.training_args.min_lr_ratio", ratio, f"{src}.min_lr")
-
-
-def _lora(t: Translation) -> None:
-    model = f"{ARR}.model"
-    if (t.get(f"{model}.lora_rank") or 0) <= 0:
-        for key in ("lora_alpha", "target_modules"):
-            if t.written(f"{model}.{key}"):
-                t.warn(f"{model}.{key}", f"= {t.get(f'{model}.{key}')!r} not imported: used only when lora_rank > 0")
-        return
-    if t.has(f"{model}.lora_alpha"):
-        t.set("actor_train.model_args.lora_alpha", t.int(f"{model}.lora_alpha"), f"{model}.lora_alpha")
-    target = t.get(f"{model}.target_modules")
-    if target is not None:
-        text = ",".join(str(x) for x in target) if isinstance(target, list) else str(target)
-        t.set("actor_train.model_args.lora_target", text, f"{model}.target_modules")
 
 
 def _dapo(t: Translation) -> None:

@@ -184,11 +184,14 @@ def exit_when_orphaned(poll_s: float = 1.0) -> threading.Thread:
     Ray's stop_job that lands while a job is still starting kills the job's supervisor actor, and the
     entrypoint it had just spawned (in a session of its own) trains on, orphaned, with nobody to stop it
     (seen with Ray 2.60: the job STOPPED after 1 s, its trainer still training minutes later). The
-    platform's supervisor passes --exit-with-parent so a cancelled run never leaves such a trainer."""
+    platform's supervisor passes --exit-with-parent so a cancelled run never leaves such a trainer.
+    A parent of 1 (init) when the watch is armed means the parent was gone before the interpreter got
+    here (a stop 1 s after the start): such a process is an orphan at once. (Where a subreaper adopts
+    orphans instead of init, that early case is not caught; the later one is.)"""
     parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while parent != 1 and os.getppid() == parent:
             time.sleep(poll_s)
         print(f"trainer: parent process {parent} is gone (the Ray job was stopped); stopping", file=sys.stderr,
               flush=True)

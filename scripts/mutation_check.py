@@ -39,7 +39,8 @@ class Mutant:
 
 ALGO = "tests/trainer/algorithms"
 RESUME = "tests/trainer/pipeline/test_resume.py"
-KNOBS = ("tests/trainer/pipeline/test_knobs_act.py", "tests/trainer/pipeline/test_loss_wiring.py")
+KNOBS = ("tests/trainer/pipeline/test_knobs_act.py", "tests/trainer/pipeline/test_loss_wiring.py",
+         "tests/trainer/pipeline/test_reward_wiring.py")
 MUTANTS: tuple[Mutant, ...] = (
     # --- algorithms (pure functions) ---------------------------------------------------------
     Mutant("gae_lambda", "trainer/algorithms/advantages.py", "advantage_t = delta + gamma * lambd * next_advantage",
@@ -69,6 +70,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "clip_high = clip_low", KNOBS, "clip-higher not wired (issue 22's table)"),
     Mutant("dual_clip", "trainer/pipeline/losses.py", "dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None",
            "dual_clip_c=None", KNOBS, "dual clip not wired"),
+    Mutant("whiten_advantages", "trainer/pipeline/rewarding.py", "    if cfg.whiten_advantages:\n",
+           "    if False:\n", KNOBS, "whiten_advantages not wired"),
+    Mutant("reward_clip", "trainer/pipeline/rewarding.py",
+           "clipped, clip_frac = reward_algos.clip_rewards(scores, cfg.reward_clip)",
+           "clipped, clip_frac = scores, 0.0", KNOBS, "reward_clip not wired"),
+    Mutant("stale_bound", "trainer/pipeline/rlvr.py",
+           "if staleness <= self.schedule.max_staleness or self.cfg.stale_samples == \"downweight\":",
+           "if True:", ("tests/trainer/pipeline/test_async_rollout.py",),
+           "batches beyond max_staleness are trained instead of dropped"),
     # --- checkpoint / resume -------------------------------------------------------------------
     Mutant("resume_kl", "trainer/pipeline/rlvr.py",
            "        self.kl_ctrl = (kl_algos.AdaptiveKLController if kind == \"AdaptiveKLController\"\n"
@@ -96,6 +106,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("ingest_cursor_backwards", "platform/policylab/tracking/ingest.py",
            "new_last = max(cursor.last_seq, events[-1][\"seq\"])", "new_last = events[-1][\"seq\"]",
            ("tests/platform/tracking/test_ingest.py",), "the per-run cursor may move backwards (issue 22's table)"),
+    Mutant("ingest_replay_rollouts", "platform/policylab/tracking/ingest.py",
+           "        if min_seq <= cursor.last_seq  # a replay: keep newer attempts' samples\n",
+           "        if False\n", ("tests/platform/tracking/test_ingest.py",),
+           "a replayed batch overwrites a newer attempt's rollout samples"),
+    Mutant("late_attempt_status", "platform/policylab/tracking/ingest.py",
+           "    if attempt < max(latest_attempt, run.progress_attempt):",
+           "    if attempt < run.progress_attempt:", ("tests/platform/tracking/test_run_state.py",),
+           "a late report of an older attempt moves a run a newer attempt is training"),
 )
 
 # Survivors that are equivalent mutants or covered elsewhere, with the reason (shown in the report).

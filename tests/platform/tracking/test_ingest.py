@@ -124,6 +124,8 @@ def test_resumed_attempt_overwrites_steps_and_old_replays_never_roll_back(make_r
     assert dict(MetricPoint.objects.filter(run=run, key="reward/mean").values_list("step", "value")) == rewards
     assert set(RolloutSample.objects.filter(run=run, step=5).values_list("attempt", flat=True)) == {2}
     assert MetricPoint.objects.filter(run=run).count() == 3 * 8
+    # the cursor never moves back: a replay's last seq is older than what is stored
+    assert IngestCursor.objects.get(run=run).last_seq == attempt2[-1]["seq"]
 
 
 def test_gap_in_seq_is_backfilled_from_the_run_directory(make_run, runs_dir) -> None:

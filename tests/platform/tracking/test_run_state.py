@@ -72,6 +72,18 @@ def test_late_reports_of_an_older_attempt_move_nothing(make_run) -> None:
     assert header(run) == (RunStatus.RUNNING, 358, 40.0, "")
 
 
+def test_an_older_attempt_moves_nothing_once_a_newer_one_is_open(make_run) -> None:
+    """The supervisor has opened attempt 2, which has not reported yet: attempt 1's late reports are history."""
+    run = make_run(status=RunStatus.RUNNING)
+    first = RunAttempt.objects.create(run=run, number=1, status=RunStatus.RUNNING)
+    ingest_events([status(run, 10, "running", 120, attempt=1, eta=60.0)], run_id=run.pk, publish=False)
+    first.status = RunStatus.FAILED
+    first.save()
+    RunAttempt.objects.create(run=run, number=2, status=RunStatus.STARTING)
+    ingest_events([status(run, 11, "running", 130, attempt=1, eta=50.0)], run_id=run.pk, publish=False)
+    assert header(run)[1:3] == (120, 60.0)
+
+
 def test_a_finished_run_keeps_its_last_step_and_shows_no_eta(make_run) -> None:
     """Ingest lags: the supervisor recorded the end before the trainer's last reports were read, and a
     report that lagged behind the end arrives with them, in one batch."""

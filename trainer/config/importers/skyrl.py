@@ -7,7 +7,8 @@ devices; otherwise policy, reference (unless colocate_policy_ref), critic and th
 get consecutive blocks of devices. Releases from 2026 keep the engine settings under
 `generator.inference_engine` (`num_engines`, `tensor_parallel_size`, …): both spellings are read.
 The KL estimator is `kl_estimator_type` (v0.1 on), or the older `use_kl_estimator_k3` / `use_abs_kl`
-when those are set. `generator.max_turns` above 1 (multi-turn environments) is refused.
+when those are set. `generator.max_turns` above 1 (multi-turn environments) is refused. SkyRL's
+datasets hold each prompt as a chat in the column `prompt`: data_args.messages is `prompt`.
 """
 
 from __future__ import annotations
@@ -366,6 +367,9 @@ def finish(t: Translation) -> None:
     if t.has("data.val_data"):
         val = t.native.setdefault("validation", {})
         val.setdefault("generating_args", {})
+    for role in ("actor_train", "validation"):  # SkyRL's datasets hold each prompt as a chat in column "prompt"
+        if role in t.native:
+            t.native[role].setdefault("data_args", {}).setdefault("messages", "prompt")
     fill_model_paths(t, ("actor_train", "actor_infer", "reference"))
     drop_unused_reference(t)
     settle_strategies(t)

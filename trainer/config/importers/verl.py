@@ -256,7 +256,8 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.actor.clip_ratio", "pg_clip", 0.15),
     Rule(f"{ARR}.actor.clip_ratio_low", "pg_clip_low", 0.18),
     Rule(f"{ARR}.actor.clip_ratio_high", "pg_clip_high", 0.28),
-    Rule(f"{ARR}.actor.clip_ratio_c", "clip_ratio_c", 4.0),
+    Rule(f"{ARR}.actor.clip_ratio_c", "clip_ratio_c", 4.0,
+         note="verl's vanilla loss always applies the dual clip: dual_clip_loss is true with policy_loss ppo"),
     Rule(f"{ARR}.actor.policy_loss.loss_mode", "policy_loss", "gspo", LOSS_MODE,
          "vanilla → ppo, gspo → gspo; other loss modes (clip-cov, kl-cov, gpg, …) are refused"),
     Rule(f"{ARR}.actor.loss_agg_mode", "loss_agg_mode", "seq-mean-token-sum", LOSS_AGG),
@@ -467,7 +468,8 @@ RULES: list[Rule] = [
 
 # verl's own defaults (the values ppo_trainer.yaml documents) where the native default means something else.
 DEFAULTS: dict[str, Any] = {
-    "data": {"max_prompt_length": 512, "max_response_length": 512, "train_batch_size": 1024, "truncation": "error"},
+    "data": {"max_prompt_length": 512, "max_response_length": 512, "train_batch_size": 1024, "truncation": "error",
+             "prompt_key": "prompt"},
     ARR: {
         "actor": {"strategy": "fsdp", "ppo_mini_batch_size": 256, "clip_ratio": 0.2, "entropy_coeff": 0.001,
                   "use_kl_loss": False, "kl_loss_coef": 0.001, "kl_loss_type": "low_var_kl", "ppo_epochs": 1,
@@ -495,6 +497,9 @@ def finish(t: Translation) -> None:
         warn_unused(t, "critic", "no critic is created (critic.enable is false, or unset and adv_estimator is not "
                     "gae)")
     _refuse_multi_turn(t)
+    if t.native.get("policy_loss", "ppo") == "ppo":  # verl's vanilla loss bounds A < 0 at clip_ratio_c (dual clip)
+        t.native["dual_clip_loss"] = True
+        t.origin.setdefault("dual_clip_loss", f"{ARR}.actor.clip_ratio_c")
     rollout_n = t.get("critic.rollout_n")
     if has_critic and rollout_n is not None and rollout_n != n:
         t.error("critic.rollout_n", f"{rollout_n} differs from actor_rollout_ref.rollout.n = {n}; verl uses "

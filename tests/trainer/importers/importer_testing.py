@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from trainer.config.importers.common import SGLANG_NAMES
+
 BASES: dict[str, dict[str, Any]] = {
     "verl": {
         "data": {"train_files": "train.parquet", "train_batch_size": 64, "max_prompt_length": 512,
@@ -36,6 +38,9 @@ BASES: dict[str, dict[str, Any]] = {
         "rollout": {"model_dir": "/models/policy", "rollout_backend": "sglang"},
     },
 }
+
+# Engine settings under their SGLang names, as common.settle_strategies renames them (enforce_eager apart).
+SGLANG_RENAMES = {**SGLANG_NAMES, "enforce_eager": "disable_cuda_graph"}
 
 
 def base(fmt: str) -> dict[str, Any]:

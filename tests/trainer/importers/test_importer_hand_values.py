@@ -29,17 +29,15 @@ from typing import Any
 
 import pytest
 import yaml
-from importer_testing import base, set_key
+from importer_testing import SGLANG_RENAMES, base, set_key
 
 from trainer.config.importers import rules_of, translate
-from trainer.config.importers.common import SGLANG_NAMES
 from trainer.config.importers.rules import lookup, pop_path
 from trainer.config.issues import ConfigIssue
 from trainer.config.validation import build_config, check_rules
 
 HAND_VALUES = Path(__file__).parent / "hand_values"
 FORMATS = ("verl", "skyrl", "rlinf")
-SGLANG_RENAMES = {**SGLANG_NAMES, "enforce_eager": "disable_cuda_graph"}
 
 
 def _load(fmt: str) -> list[dict[str, Any]]:

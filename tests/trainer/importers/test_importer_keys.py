@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 import yaml
-from importer_testing import BASES, base, with_key
+from importer_testing import BASES, SGLANG_RENAMES, base, with_key
 
 from trainer.config.importers import release_family, rules_of, translate
 from trainer.config.importers.builtin import SURFACES
-from trainer.config.importers.common import SGLANG_NAMES
 from trainer.config.importers.rules import lookup
 from trainer.config.validation import build_config, check_rules
 
@@ -78,7 +77,7 @@ def _engine_name(native: dict, target: str) -> str:
     base, _, key = target.rpartition(".")
     name = lookup(native, base.replace("strategy_config", "strategy_name"))[1] if base.endswith("strategy_config") else None
     if name == "sglang":
-        key = {**SGLANG_NAMES, "enforce_eager": "disable_cuda_graph"}.get(key, key)
+        key = SGLANG_RENAMES.get(key, key)
     return f"{base}.{key}" if base else key
 
 

@@ -72,6 +72,8 @@ class WorkerHost:
         self.worker = worker_cls(role, *init_args, rank, world_size)
 
     def call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        # a deferred result of another group (an ObjectRef) comes from the object store, not via the driver
+        args = tuple(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args)
         return getattr(self.worker, method)(*args, **kwargs)
 
 
@@ -149,9 +151,10 @@ class WorkerGroup:
             )
         return result
 
-    def _gather(self, refs: Sequence[ray.ObjectRef], method: str, timeout_s: float | None) -> list:
-        """Results in rank order; raises on the first failing rank rather than waiting for all."""
-        pending = {ref: rank for rank, ref in enumerate(refs)}
+    def _gather(self, refs: Sequence[ray.ObjectRef], method: str, timeout_s: float | None, first_rank: int = 0) -> list:
+        """Results in rank order (refs[i]: rank first_rank + i); raises on the first failing rank rather than
+        waiting for all."""
+        pending = {ref: first_rank + i for i, ref in enumerate(refs)}
         results: list[Any] = [None] * len(refs)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:
@@ -164,7 +167,7 @@ class WorkerGroup:
             for ref in ready:
                 rank = pending.pop(ref)
                 try:
-                    results[rank] = ray.get(ref)
+                    results[rank - first_rank] = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:
                     cause = error.cause if error.cause is not None else error
                     message = f"{type(cause).__name__}: {cause}{_still_busy(pending)}"
@@ -177,6 +180,17 @@ class WorkerGroup:
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
         """The same call on every rank; results in rank order."""
         return self._gather([a.call.remote(method, args, kwargs) for a in self.actors], method, self.timeout_s)
+
+    def call_all_deferred(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The same call on every rank, without waiting: rank 0's result as an ObjectRef, to pass as an
+        argument of another group's call, which fetches it from Ray's object store itself (weights go from
+        actor_train to actor_infer without a round trip through the driver). The other ranks' results
+        (empty, for a collective like full_state_dict) are awaited only for their errors. The group's
+        next calls run after this one: a Ray actor runs one caller's calls in order."""
+        refs = [a.call.remote(method, args, kwargs) for a in self.actors]
+        if len(refs) > 1:
+            self._gather(refs[1:], method, self.timeout_s, first_rank=1)
+        return refs[0]
 
     def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
         """Rank r gets the r-th equal contiguous slice (along dim 0) of every value in `batch`."""
@@ -240,6 +254,10 @@ class LocalWorkerGroup:
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
         return [self._call(method, args, kwargs)]
+
+    def call_all_deferred(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """In one process there is nothing to defer: the result itself."""
+        return self._call(method, args, kwargs)
 
     def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
         return [self._call(method, (shard_batch(batch, 1)[0],), kwargs)]

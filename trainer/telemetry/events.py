@@ -12,7 +12,7 @@ import json
 import math
 import time as _time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 EVENT_VERSION = 1
@@ -116,12 +116,18 @@ class Event:
     v: int = EVENT_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {"v": d.pop("v"), **d}
+        """The event as a plain dict (shallow: `data` is the event's own, not a copy)."""
+        return {"v": self.v, "type": self.type, "run_id": self.run_id, "attempt": self.attempt, "seq": self.seq,
+                "step": self.step, "time": self.time, "data": self.data}
 
     def to_json(self) -> str:
         """Compact JSON; NaN/inf become null so every consumer (JS included) can parse it."""
-        return json.dumps(_finite(self.to_dict()), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        # the common case has no NaN/inf: encode directly, and walk the data only when json refuses it
+        # (a rollouts event of 128 samples: 1.1 ms instead of 5.5 ms, on the trainer's critical path)
+        try:
+            return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except ValueError:
+            return json.dumps(_finite(self.to_dict()), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Event:

@@ -92,10 +92,40 @@ def test_construction_errors_and_timeouts_name_the_role(ray_session) -> None:
         ray.get(actors[0].node.remote(), timeout=10)
 
 
+def test_a_deferred_result_goes_from_one_group_to_another_without_the_driver(ray_session) -> None:
+    cfg = PipelineConfig.model_validate(
+        {"actor_train": {"device_mapping": [0, 1]}, "actor_infer": {"device_mapping": [0, 1]}}
+    )
+    pools = plan_resource_pools(cfg)
+    train = WorkerGroup(Probe, "actor_train", pools["actor_train"], ("train",))
+    infer = WorkerGroup(Probe, "actor_infer", pools["actor_infer"], ("infer",))
+    try:
+        deferred = train.call_all_deferred("echo", {"y": [7]})
+        assert isinstance(deferred, ray.ObjectRef)  # the driver holds a reference, not the value
+        # every actor_infer rank receives actor_train rank 0's result (its "rank" key wins over the echoer's)
+        assert infer.call_all("echo", deferred) == [{"rank": 0, "y": [7]}, {"rank": 0, "y": [7]}]
+        with pytest.raises(WorkerGroupError, match=r"role 'actor_train' rank 1: fail_on failed: ValueError"):
+            train.call_all_deferred("fail_on", 1)  # a failure on another rank surfaces at once
+    finally:
+        train.shutdown()
+        infer.shutdown()
+    single = PipelineConfig.model_validate({"reference": {"device_mapping": [0]}, "critic": {"device_mapping": [1]}})
+    pools = plan_resource_pools(single)
+    failing = WorkerGroup(Probe, "reference", pools["reference"], ("r",))
+    reader = WorkerGroup(Probe, "critic", pools["critic"], ("c",))
+    try:  # rank 0's own failure surfaces where its result is used, with its message
+        with pytest.raises(WorkerGroupError, match=r"role 'critic' rank 0: echo failed: .*deliberate failure on rank 0"):
+            reader.call_all("echo", failing.call_all_deferred("fail_on", 0))
+    finally:
+        failing.shutdown()
+        reader.shutdown()
+
+
 def test_local_worker_group_has_the_same_calls() -> None:
     group = LocalWorkerGroup(Probe, "reward", None, ("local",))
     assert group.call_sharded("echo", {"x": [1, 2]}, scale=2) == [{"rank": 0, "x": [1, 2, 1, 2]}]
     assert group.call_rank0("echo", {}) == {"rank": 0}
+    assert group.call_all_deferred("echo", {"y": [1]}) == {"rank": 0, "y": [1]}  # nothing to defer in-process
     with pytest.raises(WorkerGroupError, match=r"role 'reward' rank 0: fail_on failed: ValueError"):
         group.call_all("fail_on", 0)
     group.shutdown()

@@ -620,3 +620,6 @@ def _optimizer(t: Translation, role: str, src: str) -> None:
             t.error(source, f"{min_lr} must lie between 0 and {src}.optim.lr = {lr}")
         else:
             t.set(f"{ta}.min_lr_ratio", ratio, source)
+    floor, sched_floor = t.get(f"{src}.optim.min_lr"), t.get(f"{src}.lr_sched.min_lr")
+    if floor is not None and sched_floor is not None and sched_floor != floor:
+        t.warn(f"{src}.lr_sched.min_lr", f"= {sched_floor} not imported: the floor is {src}.optim.min_lr = {floor}")

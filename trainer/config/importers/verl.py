@@ -482,7 +482,7 @@ DEFAULTS: dict[str, Any] = {
     "algorithm": {"gamma": 1.0, "lam": 1.0, "adv_estimator": "gae", "kl_penalty": "kl",
                   "kl_ctrl": {"type": "fixed", "kl_coef": 0.005}},
     "trainer": {"nnodes": 1, "n_gpus_per_node": 8, "save_freq": -1, "test_freq": -1, "critic_warmup": 0,
-                "logger": ["console"]},
+                "logger": ["console"], "val_before_train": True},
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -24,7 +25,29 @@ class WorkerGroupError(RuntimeError):
     def __init__(self, role: str, rank: int | None, method: str, message: str) -> None:
         where = f"role {role!r} rank {rank}" if rank is not None else f"role {role!r}"
         super().__init__(f"{where}: {method} failed: {message}")
-        self.role, self.rank, self.method = role, rank, method
+        self.role, self.rank, self.method, self.message = role, rank, method, message
+
+    def __reduce__(self) -> tuple:  # raised inside an actor (a lost Deferred), it crosses Ray by pickle
+        return (type(self), (self.role, self.rank, self.method, self.message))
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A result that `call_all_deferred` left in Ray's object store, owned by the rank that produced it.
+    Passed as an argument of another group's call, that actor fetches it itself: the value never goes
+    through the driver. If it was lost (its owner died), the error names the role that produced it."""
+
+    role: str
+    rank: int
+    method: str
+    ref: ray.ObjectRef
+
+    def resolve(self) -> Any:
+        try:
+            return ray.get(self.ref)
+        except ray.exceptions.RayError as error:
+            raise WorkerGroupError(self.role, self.rank, self.method,
+                                   f"its result was lost: {type(error).__name__}: {error}") from None
 
 
 def shard_batch(batch: Mapping[str, Any], parts: int) -> list[dict[str, Any]]:
@@ -72,9 +95,13 @@ class WorkerHost:
         self.worker = worker_cls(role, *init_args, rank, world_size)
 
     def call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
-        # a deferred result of another group (an ObjectRef) comes from the object store, not via the driver
-        args = tuple(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args)
+        args = tuple(a.resolve() if isinstance(a, Deferred) else a for a in args)
         return getattr(self.worker, method)(*args, **kwargs)
+
+    def call_deferred(self, method: str, args: tuple, kwargs: dict[str, Any]) -> list[ray.ObjectRef]:
+        """`call`, with its result put in the object store by this process; the reference goes back in a
+        list (a returned bare reference would be resolved for the caller)."""
+        return [ray.put(self.call(method, args, kwargs))]
 
 
 class WorkerGroup:
@@ -151,10 +178,9 @@ class WorkerGroup:
             )
         return result
 
-    def _gather(self, refs: Sequence[ray.ObjectRef], method: str, timeout_s: float | None, first_rank: int = 0) -> list:
-        """Results in rank order (refs[i]: rank first_rank + i); raises on the first failing rank rather than
-        waiting for all."""
-        pending = {ref: first_rank + i for i, ref in enumerate(refs)}
+    def _gather(self, refs: Sequence[ray.ObjectRef], method: str, timeout_s: float | None) -> list:
+        """Results in rank order; raises on the first failing rank rather than waiting for all."""
+        pending = {ref: rank for rank, ref in enumerate(refs)}
         results: list[Any] = [None] * len(refs)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:
@@ -167,9 +193,11 @@ class WorkerGroup:
             for ref in ready:
                 rank = pending.pop(ref)
                 try:
-                    results[rank - first_rank] = ray.get(ref)
+                    results[rank] = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:
                     cause = error.cause if error.cause is not None else error
+                    if isinstance(cause, WorkerGroupError) and cause.role != self.role:
+                        raise cause from error  # a Deferred argument was lost: its producer is the story
                     message = f"{type(cause).__name__}: {cause}{_still_busy(pending)}"
                     raise WorkerGroupError(self.role, rank, method, message) from error
                 except ray.exceptions.RayError as error:  # the actor died (OOM, segfault, killed)
@@ -181,16 +209,14 @@ class WorkerGroup:
         """The same call on every rank; results in rank order."""
         return self._gather([a.call.remote(method, args, kwargs) for a in self.actors], method, self.timeout_s)
 
-    def call_all_deferred(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """The same call on every rank, without waiting: rank 0's result as an ObjectRef, to pass as an
-        argument of another group's call, which fetches it from Ray's object store itself (weights go from
-        actor_train to actor_infer without a round trip through the driver). The other ranks' results
-        (empty, for a collective like full_state_dict) are awaited only for their errors. The group's
-        next calls run after this one: a Ray actor runs one caller's calls in order."""
-        refs = [a.call.remote(method, args, kwargs) for a in self.actors]
-        if len(refs) > 1:
-            self._gather(refs[1:], method, self.timeout_s, first_rank=1)
-        return refs[0]
+    def call_all_deferred(self, method: str, *args: Any, **kwargs: Any) -> Deferred:
+        """The same call on every rank (waited for like `call_all`: errors and hangs surface the same way),
+        rank 0's result left in Ray's object store: a `Deferred` to pass as an argument of another group's
+        call, which fetches it itself (weights go from actor_train to actor_infer without a round trip
+        through the driver)."""
+        handles = self._gather([a.call_deferred.remote(method, args, kwargs) for a in self.actors], method,
+                               self.timeout_s)
+        return Deferred(self.role, 0, method, handles[0][0])
 
     def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
         """Rank r gets the r-th equal contiguous slice (along dim 0) of every value in `batch`."""

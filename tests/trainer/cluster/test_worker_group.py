@@ -10,6 +10,7 @@ import torch
 
 from tests.trainer.cluster.probe import Probe
 from trainer.cluster import LocalWorkerGroup, WorkerGroup, WorkerGroupError, plan_resource_pools, shard_batch
+from trainer.cluster.worker_group import Deferred
 from trainer.config import PipelineConfig
 
 
@@ -101,24 +102,21 @@ def test_a_deferred_result_goes_from_one_group_to_another_without_the_driver(ray
     infer = WorkerGroup(Probe, "actor_infer", pools["actor_infer"], ("infer",))
     try:
         deferred = train.call_all_deferred("echo", {"y": [7]})
-        assert isinstance(deferred, ray.ObjectRef)  # the driver holds a reference, not the value
+        assert isinstance(deferred, Deferred) and isinstance(deferred.ref, ray.ObjectRef)  # a reference, not the value
         # every actor_infer rank receives actor_train rank 0's result (its "rank" key wins over the echoer's)
         assert infer.call_all("echo", deferred) == [{"rank": 0, "y": [7]}, {"rank": 0, "y": [7]}]
+        # a result lost before it is used (here: a task that failed) is told as its producer's failure
+        lost = Deferred("actor_train", 0, "full_state_dict", ray.remote(lambda: int("lost")).remote())
+        with pytest.raises(WorkerGroupError, match=r"^role 'actor_train' rank 0: full_state_dict failed: its result "
+                                                   r"was lost: RayTaskError\(ValueError\)"):
+            infer.call_all("echo", lost)
+        train.shutdown()
+        train = WorkerGroup(Probe, "actor_train", pools["actor_train"], ("train",))
         with pytest.raises(WorkerGroupError, match=r"role 'actor_train' rank 1: fail_on failed: ValueError"):
-            train.call_all_deferred("fail_on", 1)  # a failure on another rank surfaces at once
+            train.call_all_deferred("fail_on", 1)  # every rank is waited for: a failure surfaces at once
     finally:
         train.shutdown()
         infer.shutdown()
-    single = PipelineConfig.model_validate({"reference": {"device_mapping": [0]}, "critic": {"device_mapping": [1]}})
-    pools = plan_resource_pools(single)
-    failing = WorkerGroup(Probe, "reference", pools["reference"], ("r",))
-    reader = WorkerGroup(Probe, "critic", pools["critic"], ("c",))
-    try:  # rank 0's own failure surfaces where its result is used, with its message
-        with pytest.raises(WorkerGroupError, match=r"role 'critic' rank 0: echo failed: .*deliberate failure on rank 0"):
-            reader.call_all("echo", failing.call_all_deferred("fail_on", 0))
-    finally:
-        failing.shutdown()
-        reader.shutdown()
 
 
 def test_local_worker_group_has_the_same_calls() -> None:

@@ -487,8 +487,8 @@ class RLVRPipeline:
         self.load_engine_weights(self.train_weights())
 
     def train_weights(self) -> Any:
-        """actor_train's full weights, deferred: on Ray a reference that actor_infer resolves from the object
-        store (the driver neither waits for the tensors nor copies them), in one process the state dict."""
+        """actor_train's full weights: on Ray a `Deferred` that actor_infer fetches from the object store (the
+        tensors never pass through the driver), in one process the state dict itself."""
         return self.groups["actor_train"].call_all_deferred("full_state_dict")
 
     def load_engine_weights(self, state: Any) -> None:

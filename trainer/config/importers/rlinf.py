@@ -497,6 +497,8 @@ def _lengths(t: Translation) -> None:
         return
     t.set("sequence_length", int(seq), "runner.seq_length")
     t.set("response_length", int(seq - prompt), "runner.seq_length")
+    if t.get("rollout.rollout_backend") == "vllm":  # RLinf's vLLM worker starts the engine with this length
+        t.set(f"{INFER}.max_model_len", int(seq), "runner.seq_length")
     for key in ("seq_length", "encoder_seq_length"):
         value = t.get(f"actor.model.{key}")
         if value is not None and value != seq:

@@ -99,8 +99,8 @@ class WorkerHost:
         return getattr(self.worker, method)(*args, **kwargs)
 
     def call_deferred(self, method: str, args: tuple, kwargs: dict[str, Any]) -> list[ray.ObjectRef]:
-        """`call`, with its result put in the object store by this process; the reference goes back in a
-        list (a returned bare reference would be resolved for the caller)."""
+        """`call`, with its result put in the object store by this process; returns [reference], which the
+        driver passes on without fetching the value."""
         return [ray.put(self.call(method, args, kwargs))]
 
 

@@ -470,6 +470,8 @@ def run_fault(stack: Stack, client: Client, experiment_id: int, fault: Fault, rn
     row.outcome = describe(row, final)
     log(f"[faults] {fault.name}: {row.outcome}; lost {row.lost}, duplicated {row.duplicated}, "
         f"recovered in {row.recover_s:.1f} s{'; PROBLEMS: ' + '; '.join(row.problems) if row.problems else ''}")
+    for attempt in row.attempts[:-1]:  # why each retry was needed, in CI's log (the table keeps the counts)
+        log(f"[faults]   attempt {attempt['number']} {attempt['status']}: {attempt['message'][-400:]}")
     return row
 
 

@@ -40,11 +40,12 @@ class Deferred:
     role: str
     rank: int
     method: str
-    ref: ray.ObjectRef
+    ref: ray.ObjectRef  # of the producing task, whose value is [reference to the result put by that rank]
 
     def resolve(self) -> Any:
         try:
-            return ray.get(self.ref)
+            (result,) = ray.get(self.ref)
+            return ray.get(result)
         except ray.exceptions.RayError as error:
             raise WorkerGroupError(self.role, self.rank, self.method,
                                    f"its result was lost: {type(error).__name__}: {error}") from None
@@ -129,6 +130,8 @@ class WorkerGroup:
         backend_timeout_minutes: float = 30.0,
     ) -> None:
         self.role, self.pool, self.timeout_s = role, pool, timeout_s
+        # calls handed out without waiting (call_all_deferred(wait=False)): settled with the next call
+        self.unsettled: list[tuple[str, list[ray.ObjectRef]]] = []
         placement = pool.placement(role)
         self.world_size = placement.world_size
         group = pool.acquire()
@@ -179,44 +182,53 @@ class WorkerGroup:
         return result
 
     def _gather(self, refs: Sequence[ray.ObjectRef], method: str, timeout_s: float | None) -> list:
-        """Results in rank order; raises on the first failing rank rather than waiting for all."""
-        pending = {ref: rank for rank, ref in enumerate(refs)}
+        """Results in rank order; raises on the first failing rank rather than waiting for all. The calls
+        left unsettled before this one are waited for with it: a failure or hang there surfaces here, and a
+        hung rank is found by the collective timeout of a rank that went on to this call."""
+        earlier, self.unsettled = self.unsettled, []
+        pending = {ref: (rank, name, False) for name, old in earlier for rank, ref in enumerate(old)}
+        pending.update({ref: (rank, method, True) for rank, ref in enumerate(refs)})
         results: list[Any] = [None] * len(refs)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while pending:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
             if not ready:
-                raise WorkerGroupError(
-                    self.role, None, method, f"no answer after {timeout_s:g} s from ranks {sorted(pending.values())}"
-                )
+                ranks = sorted({rank for rank, _, _ in pending.values()})
+                raise WorkerGroupError(self.role, None, method, f"no answer after {timeout_s:g} s from ranks {ranks}")
             for ref in ready:
-                rank = pending.pop(ref)
+                rank, name, wanted = pending.pop(ref)
                 try:
-                    results[rank] = ray.get(ref)
+                    value = ray.get(ref)
                 except ray.exceptions.RayTaskError as error:
                     cause = error.cause if error.cause is not None else error
                     if isinstance(cause, WorkerGroupError) and cause.role != self.role:
                         raise cause from error  # a Deferred argument was lost: its producer is the story
                     message = f"{type(cause).__name__}: {cause}{_still_busy(pending)}"
-                    raise WorkerGroupError(self.role, rank, method, message) from error
+                    raise WorkerGroupError(self.role, rank, name, message) from error
                 except ray.exceptions.RayError as error:  # the actor died (OOM, segfault, killed)
                     message = f"{type(error).__name__}: {error}{_still_busy(pending)}"
-                    raise WorkerGroupError(self.role, rank, method, message) from error
+                    raise WorkerGroupError(self.role, rank, name, message) from error
+                if wanted:
+                    results[rank] = value
         return results
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
         """The same call on every rank; results in rank order."""
         return self._gather([a.call.remote(method, args, kwargs) for a in self.actors], method, self.timeout_s)
 
-    def call_all_deferred(self, method: str, *args: Any, **kwargs: Any) -> Deferred:
-        """The same call on every rank (waited for like `call_all`: errors and hangs surface the same way),
-        rank 0's result left in Ray's object store: a `Deferred` to pass as an argument of another group's
-        call, which fetches it itself (weights go from actor_train to actor_infer without a round trip
-        through the driver)."""
-        handles = self._gather([a.call_deferred.remote(method, args, kwargs) for a in self.actors], method,
-                               self.timeout_s)
-        return Deferred(self.role, 0, method, handles[0][0])
+    def call_all_deferred(self, method: str, *args: Any, wait: bool = True, **kwargs: Any) -> Deferred:
+        """The same call on every rank, rank 0's result left in Ray's object store: a `Deferred` to pass as an
+        argument of another group's call, which fetches it itself (weights go from actor_train to actor_infer
+        without a round trip through the driver). wait=True waits like `call_all` (errors and hangs surface
+        the same way); wait=False returns at once and the next call on this group settles it (an actor runs
+        its calls in order, so that call's ranks also start after this one's)."""
+        refs = [a.call_deferred.remote(method, args, kwargs) for a in self.actors]
+        if wait:
+            self._gather(refs, method, self.timeout_s)
+        else:
+            self.unsettled.append((method, refs))
+        return Deferred(self.role, 0, method, refs[0])
 
     def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
         """Rank r gets the r-th equal contiguous slice (along dim 0) of every value in `batch`."""
@@ -232,17 +244,19 @@ class WorkerGroup:
         """Kill the actors and give the pool back (its placement group goes with its last user)."""
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
+        self.unsettled = []
         if self.actors:
             self.actors = []
             self.pool.release()
 
 
-def _still_busy(pending: Mapping[ray.ObjectRef, int]) -> str:
+def _still_busy(pending: Mapping[ray.ObjectRef, tuple[int, str, bool]]) -> str:
     """The ranks that had not answered when another failed: when a collective timed out (the role's
     backend_timeout), these are the ranks that never joined it."""
     if not pending:
         return ""
-    return f" (ranks {sorted(pending.values())} had not answered: hung, or waiting in a collective)"
+    ranks = sorted({rank for rank, _, _ in pending.values()})
+    return f" (ranks {ranks} had not answered: hung, or waiting in a collective)"
 
 
 class LocalWorkerGroup:
@@ -281,7 +295,7 @@ class LocalWorkerGroup:
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
         return [self._call(method, args, kwargs)]
 
-    def call_all_deferred(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call_all_deferred(self, method: str, *args: Any, wait: bool = True, **kwargs: Any) -> Any:
         """In one process there is nothing to defer: the result itself."""
         return self._call(method, args, kwargs)
 

@@ -303,7 +303,9 @@ class DataArgs(Section):
         description="Column holding a chat (list of role/content messages). Exclusive with prompt.",
     )
     response: str | None = fld(
-        None, category="Data", description="Column holding the reference answer the reward checks against."
+        None, category="Data",
+        description="Column holding the reference answer the reward checks against (default: answer); a dotted path "
+        "reads a nested field, as verl's reward_model.ground_truth and SkyRL's reward_spec.ground_truth.",
     )
     tag: str | None = fld(
         None, category="Data",

@@ -148,6 +148,19 @@ def load_rows(data_args: Any, split: str = "train") -> list[dict[str, Any]]:
     return read_rows(file_name, _arg(data_args, "dataset_dir"))
 
 
+def row_field(row: dict[str, Any], path: str) -> Any:
+    """row[path], or for a dotted path absent as a column, the nested field (a parquet struct column reads
+    as a dict): "reward_model.ground_truth" -> row["reward_model"]["ground_truth"]. None when missing."""
+    if path in row:
+        return row[path]
+    value: Any = row
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
 def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | None = None,
                         split: str = "train") -> list[dict[str, Any]]:
     """Rendered, tokenized prompt samples (see the module docstring for fields and length rules)."""
@@ -176,7 +189,7 @@ def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | 
             too_long.append(i)
         if fitted is None:
             continue
-        answer = row.get(answer_key)
+        answer = row_field(row, answer_key)
         samples.append({
             "index": len(samples),
             "id": str(row[id_key]) if id_key and row.get(id_key) is not None else str(i),

@@ -110,6 +110,12 @@ def test_a_deferred_result_goes_from_one_group_to_another_without_the_driver(ray
         with pytest.raises(WorkerGroupError, match=r"^role 'actor_train' rank 0: full_state_dict failed: its result "
                                                    r"was lost: RayTaskError\(ValueError\)"):
             infer.call_all("echo", lost)
+        # wait=False hands the Deferred out at once; the group's next call settles every rank of it
+        assert infer.call_all("echo", train.call_all_deferred("echo", {"y": [8]}, wait=False))[1] == {"rank": 0, "y": [8]}
+        assert train.call_all_deferred("fail_on", 0, wait=False).method == "fail_on"  # no error yet: not waited for
+        with pytest.raises(WorkerGroupError, match=r"^role 'actor_train' rank 0: fail_on failed: ValueError"):
+            train.call_rank0("echo", {})
+        assert train.call_rank0("where")["rank"] == 0  # settled once: the failure is not raised again
         train.shutdown()
         train = WorkerGroup(Probe, "actor_train", pools["actor_train"], ("train",))
         with pytest.raises(WorkerGroupError, match=r"role 'actor_train' rank 1: fail_on failed: ValueError"):

@@ -78,6 +78,22 @@ def test_messages_column_from_jsonl_and_csv(tmp_path: Path, tiny_tokenizer: Any)
                             tiny_tokenizer)
 
 
+def test_a_dotted_response_reads_a_nested_field_from_jsonl_and_parquet(tmp_path: Path, tiny_tokenizer: Any) -> None:
+    """verl's rows keep the answer in reward_model.ground_truth, SkyRL's in reward_spec.ground_truth (struct
+    columns in parquet); a flat column of that very name wins, a missing field is no answer."""
+    rows = [{"question": "2 + 3?", "reward_model": {"style": "rule", "ground_truth": "5"}},
+            {"question": "1 + 1?", "reward_model": {"style": "rule"}}]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "r.parquet")
+    for name in ("r.jsonl", "r.parquet"):
+        args = {"file_name": str(tmp_path / name), "prompt": "question", "response": "reward_model.ground_truth"}
+        assert [s["answer"] for s in load_prompt_dataset(args, tiny_tokenizer)] == ["5", None], name
+    flat = tmp_path / "flat.jsonl"
+    flat.write_text(json.dumps({"question": "q", "reward_model.ground_truth": "flat"}) + "\n")
+    args = {"file_name": str(flat), "prompt": "question", "response": "reward_model.ground_truth"}
+    assert load_prompt_dataset(args, tiny_tokenizer)[0]["answer"] == "flat"
+
+
 def test_length_rules(tmp_path: Path, tiny_tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
     path = write_all_formats(tmp_path)["jsonl"]
     base = {"file_name": str(path), "prompt": "question", "template": "none"}

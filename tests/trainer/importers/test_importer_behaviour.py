@@ -259,6 +259,14 @@ def test_keys_without_a_native_home_are_warnings_with_value_and_reason() -> None
     assert "= True not imported" in issue.message and "packing is not implemented" in issue.message
 
 
+@pytest.mark.parametrize(("path", "column"), [(VERL, "reward_model.ground_truth"), (SKYRL, "reward_spec.ground_truth")],
+                         ids=["verl", "skyrl"])
+def test_the_reference_answer_is_read_where_the_framework_keeps_it(imported: dict, path: Path, column: str) -> None:
+    cfg = imported[path.name].config
+    assert cfg.actor_train.data_args.response == column
+    assert cfg.validation is not None and cfg.validation.data_args.response == column
+
+
 def test_verl_ulysses_sequence_parallel_divides_the_data_parallel_size() -> None:
     cfg = coherent_config(with_key("verl", "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2))
     assert cfg.actor_train.strategy_args.strategy_config.ulysses_sequence_parallel_size == 2

@@ -19,3 +19,8 @@ def test_rollout_samples_sent_per_step(tmp_path: Path, overrides: tuple[str, ...
     samples = rollouts["data"]["samples"]
     assert len(samples) == expected
     assert len({(s["group_id"], s["sample_index"]) for s in samples}) == expected
+    for sample in samples:  # one advantage per response token (the loss mask's), their mean the sample's
+        assert len(sample["token_advantages"]) == len(sample["tokens"]) == sample["response_length"] > 0
+        mean = sum(sample["token_advantages"]) / len(sample["token_advantages"])
+        assert sample["advantage"] == pytest.approx(mean, abs=1e-5)
+    assert len({round(s["advantage"], 4) for s in samples}) > 1  # GRPO: groups differ (not all zero)

@@ -64,7 +64,8 @@ def test_verl_grpo_config_runs_on_vllm(tmp_path: Path) -> None:
     data = tmp_path / "gsm8k.jsonl"
     rows = [json.loads(line) for line in GSM8K.read_text().splitlines()]
     data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": r["question"]}],
-                                        "answer": r["answer"]}) + "\n" for r in rows))
+                                        "reward_model": {"style": "rule", "ground_truth": r["answer"]}}) + "\n"
+                            for r in rows))
     cfg = load_config(VERL_GRPO, [
         f"actor_rollout_ref.model.path={model}", f"data.train_files={data}", f"data.val_files={data}",
         "data.train_batch_size=4", "data.val_batch_size=8", "data.max_prompt_length=256",
@@ -78,7 +79,6 @@ def test_verl_grpo_config_runs_on_vllm(tmp_path: Path) -> None:
     assert cfg.actor_infer.strategy_args.strategy_name == "vllm"
     assert cfg.actor_infer.strategy_args.strategy_config.load_format == "dummy"  # weights pushed at start
     cfg.output_dir = str(tmp_path / "out")
-    cfg.actor_train.data_args.response = "answer"  # verl keeps the reference in reward_model.ground_truth
     assert run_local(cfg) == 0
     metrics = metrics_by_step(tmp_path / "out")
     # verl validates before training by default (trainer.val_before_train), then every test_freq steps

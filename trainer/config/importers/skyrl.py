@@ -367,9 +367,13 @@ def finish(t: Translation) -> None:
     if t.has("data.val_data"):
         val = t.native.setdefault("validation", {})
         val.setdefault("generating_args", {})
-    for role in ("actor_train", "validation"):  # SkyRL's datasets hold each prompt as a chat in column "prompt"
+    # SkyRL's datasets hold each prompt as a chat in column "prompt", and the answer its environments
+    # check in reward_spec.ground_truth
+    for role in ("actor_train", "validation"):
         if role in t.native:
-            t.native[role].setdefault("data_args", {}).setdefault("messages", "prompt")
+            data = t.native[role].setdefault("data_args", {})
+            data.setdefault("messages", "prompt")
+            data.setdefault("response", "reward_spec.ground_truth")
     fill_model_paths(t, ("actor_train", "actor_infer", "reference"))
     drop_unused_reference(t)
     settle_strategies(t)

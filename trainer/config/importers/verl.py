@@ -751,9 +751,10 @@ def _rewards(t: Translation, dp: int) -> None:
                 "model.trust_remote_code"):
         if t.written(f"reward_model.{key}"):
             t.warn(f"reward_model.{key}", "not imported: reward_model.enable is false (rule-based reward)")
+    # verl's reward manager reads the answer from each row's reward_model.ground_truth (a struct column)
+    t.native["actor_train"].setdefault("data_args", {}).setdefault("response", "reward_model.ground_truth")
     t.warn("rewards.math", "verl picks a rule-based score function by data_source; imported as math_rule, which "
-           "reads the reference answer from actor_train.data_args.response (verl keeps it in "
-           "reward_model.ground_truth: set response to that column)")
+           "checks the answer in reward_model.ground_truth (actor_train.data_args.response)")
 
 
 def _schedule(t: Translation) -> None:

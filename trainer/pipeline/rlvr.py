@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -202,7 +203,9 @@ class RLVRPipeline:
             self.ledger.record("end", step=self.step, left=left)
         finally:
             if self.producer is not None:
-                self.producer.stop()
+                # after a failure the producer may sit in a call that never returns (weights a stopped rank
+                # never produced): a moment for it to finish, not the whole stop timeout (it is a daemon)
+                self.producer.stop(timeout_s=120.0 if sys.exc_info()[0] is None else 5.0)
             self.ledger.close()
         return self.history
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,12 @@ from typing import Any
 import pytest
 import torch
 
-from tests.trainer.pipeline.conftest import DEMO_GRPO, load_cfg, metrics_by_step, run_local
+from tests.trainer.pipeline.conftest import DEMO_GRPO, events, load_cfg, metrics_by_step, run_local
+from trainer.cluster.workers import ActorTrainWorker
 from trainer.data.sampler import PromptSampler
 from trainer.pipeline.async_rollout import Rollout, RolloutProducer
 from trainer.pipeline.ledger import Ledger, account, read_ledger
+from trainer.pipeline.rlvr import RLVRPipeline
 
 SPLIT = "actor_infer.device_mapping=[1]"  # actor_infer on its own device: the roles may overlap
 
@@ -118,6 +121,37 @@ def test_a_producer_failure_surfaces_in_the_trainer(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"rollout producer failed.*actor_infer.*boom"):
         p.take(1)
     p.stop()
+
+
+def test_a_failed_step_does_not_wait_for_a_producer_stuck_in_a_weight_load(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank stopped while producing weights leaves the producer waiting for them for ever; the step that
+    fails (its collective timed out) ends the run in seconds, not after the producer's stop timeout."""
+    loads, stuck, release = [], threading.Event(), threading.Event()
+
+    def load(self: RLVRPipeline, state: Any) -> None:
+        loads.append(state)
+        if len(loads) == 2:  # the weights of step 2 never come
+            stuck.set()
+            release.wait(300)
+
+    def train_step(self: ActorTrainWorker, batch: dict, step: int) -> dict:
+        if step == 3:
+            assert stuck.wait(30), "the producer never reached the second weight load"
+            raise RuntimeError("deliberate: the collective timed out")
+        return trained(self, batch, step)
+
+    trained = ActorTrainWorker.train_step
+    monkeypatch.setattr(RLVRPipeline, "load_engine_weights", load)
+    monkeypatch.setattr(ActorTrainWorker, "train_step", train_step)
+    cfg = load_cfg(tmp_path, "rollout_mode=one_step_off", SPLIT, "max_steps=6", "eval_steps=0", "save_steps=100")
+    started = time.monotonic()
+    try:
+        assert run_local(cfg) != 0
+        assert time.monotonic() - started < 60  # the producer's stop timeout is 120 s
+    finally:
+        release.set()
+    assert events(tmp_path, "status")[-1]["data"]["state"] == "failed"
 
 
 # -- config rules ---------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
+from trainer.config.importers.rules import lookup
 from trainer.config.schema import DataArgs
 from trainer.data.synthetic import get_task
 
@@ -151,14 +152,7 @@ def load_rows(data_args: Any, split: str = "train") -> list[dict[str, Any]]:
 def row_field(row: dict[str, Any], path: str) -> Any:
     """row[path], or for a dotted path absent as a column, the nested field (a parquet struct column reads
     as a dict): "reward_model.ground_truth" -> row["reward_model"]["ground_truth"]. None when missing."""
-    if path in row:
-        return row[path]
-    value: Any = row
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
+    return row[path] if path in row else lookup(row, path)[1]
 
 
 def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | None = None,

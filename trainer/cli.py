@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+RAY_MISSING = ("--workers ray needs the ray package, which is not installed here: "
+               "pip install 'ray[default]', or run with --workers local")
 SIZE_CHOICES = ("tiny", "tiny32", "small", "m20", "m100")  # keys of trainer.models.tiny.SIZES, kept here so --help stays torch-free
 
 
@@ -147,11 +149,14 @@ def _import(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from trainer.config import ConfigError, load_config
     from trainer.config.loading import config_environment
-    from trainer.config.preflight import preflight
+    from trainer.config.preflight import installed, preflight
     from trainer.pipeline.runner import RunIdentity, run_training
 
     if args.exit_with_parent:  # armed first: a cancel may land while the config and preflight still run
         exit_when_orphaned()
+    if args.workers == "ray" and not installed("ray"):  # one line, before anything else is looked at
+        _report_config_failure(args, RAY_MISSING)
+        return EXIT_INVALID
     try:
         cfg = load_config(Path(args.config), args.overrides, env=config_environment())
     except ConfigError as exc:
@@ -319,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="redis:// URL of the event stream (default: $POLICYLAB_EVENTS_REDIS_URL)")
     run.add_argument("--workers", choices=["ray", "local"], default="ray",
                      help="ray: role workers are Ray actors placed by device_mapping (default); "
-                          "local: every role in this process (debugging, single-process CPU runs)")
+                          "local: every role in this process (debugging, single-process CPU runs; needs no Ray)")
     run.add_argument("--exit-with-parent", action="store_true",
                      help="stop (as on SIGTERM) when the parent process exits: the platform's Ray jobs use it")
     run.set_defaults(handler=_run)

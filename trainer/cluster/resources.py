@@ -11,20 +11,23 @@ A cluster whose nodes carry the custom resource `policylab_node_<i>` (scripts/se
 multi-node cluster so; a GPU node joins with `ray start --resources '{"policylab_node_1": 8}'`) gets
 that resource in every bundle, so each role runs on the node its device ids name. On a cluster without
 these resources bundles go wherever they fit.
+
+Ray is imported inside the functions that talk to the cluster: planning pools (and this module)
+work where Ray is not installed, as the local backend runs there.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import ray
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
-
 from trainer.config.topology import devices_per_worker, duplicate_devices
 
 if TYPE_CHECKING:
+    from ray.util.placement_group import PlacementGroup
+
     from trainer.config.schema import PipelineConfig
 
 
@@ -90,6 +93,8 @@ class ResourcePool:
         """One user fewer; the last one removes the placement group."""
         self.users = max(0, self.users - 1)
         if self.users == 0 and self.placement_group is not None:
+            from ray.util.placement_group import remove_placement_group
+
             remove_placement_group(self.placement_group)
             self.placement_group = None
 
@@ -208,8 +213,15 @@ def build_pool(
     return ResourcePool("+".join(roles), devices, bundles, use_gpu, placements)
 
 
+def _ray_if_initialized() -> Any:
+    """The ray module when it is installed and initialised in this process, else None."""
+    ray = sys.modules.get("ray")  # not initialised unless something imported it
+    return ray if ray is not None and ray.is_initialized() else None
+
+
 def cluster_has_gpus() -> bool:
-    if ray.is_initialized():
+    ray = _ray_if_initialized()
+    if ray is not None:
         return ray.cluster_resources().get("GPU", 0) > 0
     import torch
 
@@ -218,12 +230,15 @@ def cluster_has_gpus() -> bool:
 
 def cluster_marks_nodes() -> bool:
     """True when the running cluster's nodes carry `policylab_node_<i>` resources."""
-    return ray.is_initialized() and any(name.startswith(NODE_RESOURCE_PREFIX) for name in ray.cluster_resources())
+    ray = _ray_if_initialized()
+    return ray is not None and any(name.startswith(NODE_RESOURCE_PREFIX) for name in ray.cluster_resources())
 
 
 def missing_nodes(pool: ResourcePool) -> list[str]:
     """The node resources the pool's bundles ask for that no live node offers (a node that is down, or
     still joining after a restart)."""
+    import ray
+
     total = ray.cluster_resources()
     wanted = {name for bundle in pool.bundles for name in bundle if name.startswith(NODE_RESOURCE_PREFIX)}
     return sorted(name for name in wanted if total.get(name, 0.0) <= 0)
@@ -231,6 +246,8 @@ def missing_nodes(pool: ResourcePool) -> list[str]:
 
 def check_cluster_fits(pool: ResourcePool) -> None:
     """Fail fast when the whole cluster, even idle, could not hold the pool's bundles."""
+    import ray
+
     total = ray.cluster_resources()
     needed: dict[str, float] = {}
     for bundle in pool.bundles:
@@ -256,6 +273,9 @@ def create_placement_group(pool: ResourcePool, timeout_s: float) -> PlacementGro
     """Wait up to `timeout_s` for a node the pool names that is not in the cluster (it may be rejoining
     after a crash), fail at once if the cluster cannot hold the pool, else wait up to `timeout_s` for the
     placement group."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
     deadline = time.monotonic() + timeout_s
     while missing_nodes(pool) and time.monotonic() < deadline:
         time.sleep(1.0)

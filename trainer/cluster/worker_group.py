@@ -4,7 +4,8 @@ A worker class is a plain Python class constructed as `worker_cls(role, *init_ar
 world_size)`. `WorkerGroup` hosts one instance per rank in a Ray actor placed in the role's
 `ResourcePool`; `LocalWorkerGroup` hosts a single one in the calling process. Both expose the same
 calls, and a failure on any rank surfaces at once as a `WorkerGroupError` naming role and rank.
-torch is imported only where a process group is set up, so light workers start fast.
+torch is imported only where a process group is set up, so light workers start fast; ray only in
+the Ray side's methods, so `LocalWorkerGroup` (and this module) work where Ray is not installed.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import ray
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from typing import TYPE_CHECKING, Any
 
 from trainer.cluster import distributed as dist_setup
 from trainer.cluster.resources import ResourcePool
+
+if TYPE_CHECKING:
+    import ray
 
 
 class WorkerGroupError(RuntimeError):
@@ -43,6 +44,8 @@ class Deferred:
     ref: ray.ObjectRef  # of the producing task, whose value is [reference to the result put by that rank]
 
     def resolve(self) -> Any:
+        import ray
+
         try:
             (result,) = ray.get(self.ref)
             return ray.get(result)
@@ -80,6 +83,8 @@ class WorkerHost:
 
     def node(self) -> tuple[str, str, int]:
         """(node id, node IP, a free port on that node)."""
+        import ray
+
         return ray.get_runtime_context().get_node_id(), dist_setup.node_ip_address(), dist_setup.find_free_port()
 
     def start(
@@ -102,6 +107,8 @@ class WorkerHost:
     def call_deferred(self, method: str, args: tuple, kwargs: dict[str, Any]) -> list[ray.ObjectRef]:
         """`call`, with its result put in the object store by this process; returns [reference], which the
         driver passes on without fetching the value."""
+        import ray
+
         return [ray.put(self.call(method, args, kwargs))]
 
 
@@ -116,6 +123,8 @@ class WorkerGroup:
     shut the group down.
     """
 
+    in_process = False  # Ray actors: what crosses to another role goes through the object store
+
     def __init__(
         self,
         worker_cls: type,
@@ -129,6 +138,9 @@ class WorkerGroup:
         start_timeout_s: float = 300.0,
         backend_timeout_minutes: float = 30.0,
     ) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         self.role, self.pool, self.timeout_s = role, pool, timeout_s
         # calls handed out without waiting (call_all_deferred(wait=False)): settled with the next call
         self.unsettled: list[tuple[str, list[ray.ObjectRef]]] = []
@@ -185,6 +197,8 @@ class WorkerGroup:
         """Results in rank order; raises on the first failing rank rather than waiting for all. The calls
         left unsettled before this one are waited for with it: a failure or hang there surfaces here, and a
         hung rank is found by the collective timeout of a rank that went on to this call."""
+        import ray
+
         earlier, self.unsettled = self.unsettled, []
         pending = {ref: (rank, name, False) for name, old in earlier for rank, ref in enumerate(old)}
         pending.update({ref: (rank, method, True) for rank, ref in enumerate(refs)})
@@ -242,10 +256,12 @@ class WorkerGroup:
 
     def shutdown(self) -> None:
         """Kill the actors and give the pool back (its placement group goes with its last user)."""
-        for actor in self.actors:
-            ray.kill(actor, no_restart=True)
         self.unsettled = []
         if self.actors:
+            import ray
+
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
             self.actors = []
             self.pool.release()
 
@@ -264,6 +280,8 @@ class LocalWorkerGroup:
 
     distributed=True sets up a one-rank gloo/nccl group when none exists, so fsdp2_train runs too.
     """
+
+    in_process = True  # its worker lives in this process: tensors can be handed over on their device
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ tensors laid out as in ``trainer.pipeline.batch``; a worker only ever sees its o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,6 +214,11 @@ class ActorTrainWorker(_TrainedRole):
     def full_state_dict(self) -> dict[str, Tensor]:
         return self.strategy.full_state_dict()
 
+    def weight_buckets(self, device: str, dtype: torch.dtype, bucket_bytes: int) -> Iterator[dict[str, Tensor]]:
+        """The full weights for an engine in this process, bucketed on its device and in its dtype
+        (no round trip through the CPU when both share a GPU)."""
+        return self.strategy.full_weights(device=device, dtype=dtype, bucket_bytes=bucket_bytes)
+
     def save_hf(self, path: str, tokenizer_path: str) -> None:
         """Write the policy in Hugging Face format (rank 0 writes; every rank must call it, since
         gathering the full weights is a collective under fsdp2_train)."""
@@ -291,6 +296,11 @@ class ActorInferWorker(_RoleBase):
     def load_weights(self, state_dict: Mapping[str, Tensor]) -> None:
         self.engine.load_weights(state_dict)
 
+    def weight_format(self) -> tuple[str, torch.dtype]:
+        """Where the engine's weights live now and their dtype: what an in-process sync should send."""
+        weight = next(self.engine.model.parameters())
+        return str(weight.device), weight.dtype
+
     def sleep(self) -> None:
         self.engine.sleep()
 
@@ -360,10 +370,11 @@ def _sampling_temperature(cfg: PipelineConfig) -> float:
 
 
 def _forward_in_chunks(fn: Any, strategy: Any, batch: dict[str, Tensor], chunk: int) -> Tensor:
-    """fn(model, rows) over chunks of `chunk` rows under the strategy's forward_no_grad; this rank's rows."""
+    """fn(model, rows) over chunks of `chunk` rows under the strategy's forward_no_grad (which puts
+    the rows on the strategy's device); this rank's rows, back on the CPU."""
     rows, own = _own_rows(strategy, batch)
     parts = split_rows(rows, max(1, chunk or rows["response_mask"].size(0)))
-    out = [strategy.forward_no_grad(lambda model, p=p: fn(model, p)).detach().cpu() for p in parts]
+    out = [strategy.forward_no_grad(fn, part).detach().cpu() for part in parts]
     return torch.cat(out, dim=0)[own]
 
 

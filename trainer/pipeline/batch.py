@@ -40,13 +40,7 @@ def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_token_
 def response_logits(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
     """Float logits [B, R, V] predicting each response token, divided by the sampling temperature."""
     width_r = batch["response_mask"].size(1)
-    out = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-        use_cache=False,
-    )
-    logits = out.logits[:, -width_r - 1 : -1, :].float()
+    logits = _forward(model, batch)[:, -width_r - 1 : -1, :].float()
     return logits / temperature if temperature > 0 else logits
 
 
@@ -55,10 +49,28 @@ def token_logprobs(logits: Tensor, tokens: Tensor) -> Tensor:
     return logits.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
-def response_logprobs(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
+def response_logprobs(model: nn.Module, batch: dict[str, Tensor], temperature: float,
+                      rows_per_chunk: int = 4) -> Tensor:
+    """log p(response token) [B, R] at `temperature`, the logits taken to fp32 and through the
+    log-softmax a few rows at a time: no [B, R, V] fp32 tensor exists at once (for a 150k
+    vocabulary it is the largest tensor of a no-grad pass). Row by row, the same numbers as
+    token_logprobs(response_logits(...)) bit for bit."""
     width_r = batch["response_mask"].size(1)
-    logits = response_logits(model, batch, temperature)
-    return token_logprobs(logits, batch["input_ids"][:, -width_r:])
+    logits = _forward(model, batch)[:, -width_r - 1 : -1, :]
+    tokens = batch["input_ids"][:, -width_r:]
+    parts = [token_logprobs(rows.float() / temperature if temperature > 0 else rows.float(), ids)
+             for rows, ids in zip(logits.split(rows_per_chunk), tokens.split(rows_per_chunk), strict=True)]
+    return torch.cat(parts)
+
+
+def _forward(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    out = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+    )
+    return out.logits
 
 
 def split_rows(batch: dict[str, Tensor], size: int) -> list[dict[str, Tensor]]:

@@ -119,6 +119,37 @@ def logprob_mismatch(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Te
     return {"rollout/logprob_diff_mean": float(gap.mean()), "rollout/logprob_diff_max": float(gap.max())}
 
 
+WEIGHT_BUCKET_BYTES = 256 * 2**20  # an in-process weight sync holds at most this much beyond both models
+
+
+def weights_in_process(cfg: PipelineConfig, groups: dict[str, Any]) -> bool:
+    """Whether weight sync can hand actor_train's tensors to actor_infer on their device (bucketed, in
+    the engine's dtype): both roles in this process, a trainer whose full weights are its own
+    parameters or FSDP2 shards gathered on the device, and an engine that loads any subset (hf_infer).
+    Otherwise full CPU state dicts travel (Ray's object store, vLLM's reload)."""
+    train = topology.strategy_name("actor_train", cfg.actor_train)
+    options = topology.strategy_config(cfg.actor_train)
+    return (groups["actor_train"].in_process and groups["actor_infer"].in_process
+            and topology.strategy_name("actor_infer", cfg.actor_infer) == "hf_infer"
+            and (train == "torch_train" or (train == "fsdp2_train" and not options.cpu_offload)))
+
+
+def push_weights_in_process(train: Any, infer: Any, bucket_bytes: int = WEIGHT_BUCKET_BYTES) -> int:
+    """actor_train's weights into actor_infer's engine bucket by bucket, on the engine's device and in
+    its dtype (one GPU: device to device, no CPU round trip). Returns the number of buckets sent.
+
+    A colocated engine sleeps (weights parked on the CPU) while the trainer works; it is woken first,
+    so the weights land where they will run: generation is the engine's next use either way, and
+    loading into the parked copy would send every tensor through the CPU twice."""
+    infer.call_all("wake")
+    device, dtype = infer.call_rank0("weight_format")
+    sent = 0
+    for bucket in train.call_rank0("weight_buckets", device, dtype, bucket_bytes):
+        infer.call_all("load_weights", bucket)
+        sent += 1
+    return sent
+
+
 class RLVRPipeline:
     """Owns the worker groups, the data sampler, the KL controller and the step counter."""
 
@@ -148,6 +179,7 @@ class RLVRPipeline:
         # actor_train recomputes them (the default) when needed, and on every step for an engine with its
         # own kernels (vllm), so that rollout/logprob_diff_* tracks the training-inference mismatch
         self.engine = topology.strategy_name("actor_infer", cfg.actor_infer)
+        self.weights_in_process = weights_in_process(cfg, groups)
         self.recomputes_log_probs = ((self.needs_old_log_probs and not cfg.use_rollout_log_probs)
                                      or self.engine != "hf_infer")
         # the rollout engine frees its memory while a colocated trainer works (vLLM-style sleep/wake)
@@ -486,6 +518,9 @@ class RLVRPipeline:
         return {**actor_batch, "response_mask": kept}, metrics
 
     def sync_weights(self) -> None:
+        if self.weights_in_process:
+            push_weights_in_process(self.groups["actor_train"], self.groups["actor_infer"])
+            return
         # waited for on every rank: the load waits anyway, and a rank that hangs or fails is reported by
         # actor_train's own call, with the ranks that had not answered
         self.load_engine_weights(self.train_weights(wait=True))

@@ -62,7 +62,7 @@ def build_strategy(
 ) -> TrainStrategy:
     """Wrap `model` (same initial weights on every rank) in the named strategy.
 
-    `strategy_config` is the role's `strategy_args.strategy_config` (fsdp2_train: param_dtype,
+    `strategy_config` is the role's `strategy_args.strategy_config` (torch_train: param_dtype; fsdp2_train: param_dtype,
     reduce_dtype, reshard_after_forward, cpu_offload, offload_pin_memory, fsdp_size; deepspeed_train:
     a DeepSpeed JSON, trainer.train.deepspeed_config; megatron_train: the schema's MegatronConfig keys,
     trainer.train.megatron_config): a mapping or the schema's pydantic model.
@@ -72,11 +72,9 @@ def build_strategy(
     if name == "torch_train":
         if world_size != 1:
             raise ValueError(f"torch_train is single-process; got world_size={world_size} (use fsdp2_train)")
-        if strategy_config:
-            raise ValueError(f"strategy_config: torch_train takes no options, got {sorted(strategy_config)}")
         from trainer.train.torch_strategy import TorchStrategy
 
-        return TorchStrategy(model, optim, device=device)
+        return TorchStrategy(model, optim, device=device, strategy_config=dict(strategy_config or {}))
     if name == "fsdp2_train":
         from trainer.train.fsdp2_strategy import FSDP2Strategy
 
@@ -113,14 +111,20 @@ def build_forward_strategy(
     strategy_config: Mapping[str, Any] | Any | None = None,
 ) -> ForwardStrategy:
     """A frozen `model` for a forward-only role. hf_infer / torch_train: the whole model on this
-    rank; fsdp2_infer (Fsdp2Config keys), deepspeed_infer (a DeepSpeed JSON; ZeRO-3 partitions the
+    rank (torch_train's param_dtype: fp32 weights, autocast in that dtype); fsdp2_infer (Fsdp2Config keys), deepspeed_infer (a DeepSpeed JSON; ZeRO-3 partitions the
     parameters) and megatron_infer (MegatronConfig keys; TP × PP, CUDA only): sharded over the
     initialised process group."""
     strategy_config = _as_mapping(strategy_config)
-    if name in ("hf_infer", "torch_train"):
+    if name == "hf_infer":
         if strategy_config:
-            raise ValueError(f"strategy_config: {name} as a forward-only role takes no options, got {sorted(strategy_config)}")
+            raise ValueError(f"strategy_config: hf_infer as a forward-only role takes no options, got {sorted(strategy_config)}")
         return PlainForward(model, device=device)
+    if name == "torch_train":
+        from trainer.train.torch_strategy import compute_dtype
+
+        explicit = (strategy_config or {}).get("param_dtype") is not None
+        dtype = compute_dtype(model, strategy_config)  # also refuses unknown keys
+        return PlainForward(model, device=device, autocast_dtype=dtype if explicit else None)
     if name == "fsdp2_infer":
         from trainer.train.fsdp2_strategy import FSDP2Forward
 

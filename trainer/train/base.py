@@ -1,16 +1,20 @@
 """What every training strategy shares: the optimiser config, the LR schedule, gradient clipping,
-RNG capture and the protocol the pipeline programs against.
+device placement of inputs, mixed precision and the protocol the pipeline programs against.
 
 A strategy owns one model replica (or shard), its optimiser and its scheduler. The pipeline hands
-it micro-batches and a loss function; the strategy does backward, clipping and the update.
+it CPU batches and a function of (model, batch); the strategy puts the batch on its own device —
+in one place, `StrategyBase.forward_no_grad` for forward passes and `accumulate_gradients` for
+training micro-batches — so no call site moves tensors itself (the first CUDA run died on a
+forward pass whose inputs had stayed on the CPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -18,11 +22,14 @@ from typing import Any, Protocol, TypeVar
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 T = TypeVar("T")
 
 LossFn = Callable[[nn.Module, dict[str, Tensor]], tuple[Tensor, dict[str, float]]]
 """(model, micro_batch) -> (loss already divided by the GLOBAL normaliser, float metrics)."""
+ForwardFn = Callable[[nn.Module, dict[str, Tensor]], T]
+"""(model, batch on the strategy's device) -> a result, e.g. log-probs [B, R]."""
 
 LR_SCHEDULER_TYPES = ("constant", "linear", "cosine")
 OPTIMIZERS = ("adamw", "adamw_torch", "adam", "sgd")  # training_args.optim
@@ -99,8 +106,9 @@ class ForwardStrategy(Protocol):
     """A forward-only role (reference, log-prob roles): the model, maybe sharded, without an optimizer."""
 
     model: nn.Module
+    device: torch.device
 
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T: ...
+    def forward_no_grad(self, fn: ForwardFn[T], batch: Mapping[str, Tensor]) -> T: ...
 
     def full_state_dict(self) -> dict[str, Tensor]: ...
 
@@ -113,19 +121,78 @@ class TrainStrategy(ForwardStrategy, Protocol):
     def load_checkpoint(self, path: Path) -> None: ...
 
 
-class PlainForward:
-    """`hf_infer` / `torch_train` as a forward-only role: the whole frozen model on this rank's device."""
+class StrategyBase:
+    """The skeleton every strategy shares: where its inputs go and under which precision it computes.
 
-    def __init__(self, model: nn.Module, *, device: str = "cpu") -> None:
-        self.model = model.to(torch.device(device)).eval()
+    A subclass sets `model` and `device`; it overrides `forward_model` when the module a forward
+    function should call is not `model` (DeepSpeed's engine, Megatron's pipeline), and
+    `compute_context` when it computes under autocast (torch_train's mixed precision).
+    """
+
+    model: nn.Module
+    device: torch.device
+
+    def forward_model(self) -> nn.Module:
+        return self.model
+
+    def compute_context(self) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def forward_no_grad(self, fn: ForwardFn[T], batch: Mapping[str, Tensor]) -> T:
+        """fn(model, batch) without gradients and in eval mode, every tensor of `batch` on this
+        strategy's device. The one place forward passes get their inputs placed."""
+        model = self.forward_model()
+        with eval_mode(model), torch.no_grad(), self.compute_context():
+            return fn(model, to_device(batch, self.device))
+
+    def full_weights(self, *, device: torch.device | str, dtype: torch.dtype,
+                     bucket_bytes: int) -> Iterator[dict[str, Tensor]]:
+        """The whole model's weights (state-dict names) as `dtype` tensors on `device`, in buckets
+        of about `bucket_bytes`, for an engine in this process: a sharded parameter (FSDP2's
+        DTensor) is gathered one at a time (a collective: every rank iterates), and a tensor
+        already in that dtype on that device is handed over without a copy."""
+        state = self.model.state_dict()
+        full = ((name, value.full_tensor() if isinstance(value, DTensor) else value) for name, value in state.items())
+        return weight_buckets(full, device=torch.device(device), dtype=dtype, bucket_bytes=bucket_bytes)
+
+
+class PlainForward(StrategyBase):
+    """`hf_infer` / `torch_train` as a forward-only role: the whole frozen model on this rank's device.
+    `autocast_dtype` (torch_train's param_dtype): weights in fp32, forward under autocast in that dtype."""
+
+    def __init__(self, model: nn.Module, *, device: str = "cpu", autocast_dtype: torch.dtype | None = None) -> None:
+        self.device = torch.device(device)
+        self.autocast_dtype = autocast_dtype
+        model = model.to(self.device) if autocast_dtype is None else model.to(self.device, torch.float32)
+        self.model = model.eval()
         self.model.requires_grad_(False)
 
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
-        with torch.no_grad():
-            return fn(self.model)
+    def compute_context(self) -> AbstractContextManager[Any]:
+        if self.autocast_dtype in (None, torch.float32):
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     def full_state_dict(self) -> dict[str, Tensor]:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+
+def weight_buckets(named: Iterable[tuple[str, Tensor]], *, device: torch.device, dtype: torch.dtype,
+                   bucket_bytes: int) -> Iterator[dict[str, Tensor]]:
+    """Group (name, tensor) pairs into dicts of at most `bucket_bytes` (a larger tensor goes alone),
+    floating tensors cast to `dtype`, all moved to `device`: the peak memory of a weight transfer is
+    one bucket, not a second copy of the model."""
+    bucket: dict[str, Tensor] = {}
+    size = 0
+    for name, tensor in named:
+        value = tensor.detach().to(device=device, dtype=dtype if tensor.is_floating_point() else tensor.dtype)
+        nbytes = value.numel() * value.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = {}, 0
+        bucket[name] = value
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 def lr_multiplier(step: int, cfg: OptimConfig) -> float:
@@ -152,12 +219,24 @@ def lr_multiplier(step: int, cfg: OptimConfig) -> float:
 
 def build_optimizer(params: Any, cfg: OptimConfig) -> torch.optim.Optimizer:
     """AdamW (decoupled weight decay), Adam (L2 decay added to the gradient) or plain SGD, as the
-    Hugging Face `optim` names them."""
+    Hugging Face `optim` names them. On CUDA the fused kernels (one launch for all parameters);
+    elsewhere torch's default implementation, so CPU results stay as they were."""
+    params = list(params)
+    kernel = {"fused": True} if fused_kernels_apply(params) else {}
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kernel)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+                                **kernel)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+                             **kernel)
+
+
+def fused_kernels_apply(params: list[Any]) -> bool:
+    """Whether every parameter (plain tensors, DTensor shards or param-group dicts) is a floating
+    CUDA tensor: torch's fused optimizers need that."""
+    tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+    return bool(tensors) and all(t.is_cuda and t.is_floating_point() for t in tensors)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig) -> torch.optim.lr_scheduler.LambdaLR:
@@ -218,19 +297,23 @@ def accumulate_gradients(
     loss_fn: LossFn,
     device: torch.device,
     backward: Callable[[Tensor, bool], None] = plain_backward,
+    compute_context: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> tuple[Tensor, dict[str, float]]:
     """Backward on every micro-batch; returns (Σ losses, metrics averaged over micro-batches).
 
     The losses are already divided by the global normaliser, so their sum is the step's objective
     and the accumulated gradients are its gradient — no rescaling by the micro-batch count.
-    `backward(loss, last)` runs the backward pass (`last`: the final micro-batch of the step).
+    Each micro-batch is moved to `device` here; the loss is computed under `compute_context()`
+    (autocast for mixed precision) and `backward(loss, last)` runs outside it (`last`: the final
+    micro-batch of the step).
     """
     if not micro_batches:
         raise ValueError("train_step got no micro-batches")
     loss_sum = torch.zeros((), device=device)
     metric_sums: dict[str, float] = {}
     for index, micro_batch in enumerate(micro_batches):
-        loss, metrics = loss_fn(model, to_device(micro_batch, device))
+        with compute_context():
+            loss, metrics = loss_fn(model, to_device(micro_batch, device))
         check_loss_metrics(metrics)
         backward(loss, index == len(micro_batches) - 1)
         loss_sum += loss.detach().float()

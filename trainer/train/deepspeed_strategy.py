@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -39,10 +39,10 @@ from trainer.config.topology import TrainShape
 from trainer.train.base import (
     LossFn,
     OptimConfig,
+    StrategyBase,
     accumulate_gradients,
     build_optimizer,
     clip_grad_norm,
-    eval_mode,
     lr_multiplier,
     require_process_group,
 )
@@ -52,8 +52,6 @@ from trainer.train.deepspeed_config import (
     parse_strategy_config,
     resolve_precision,
 )
-
-T = TypeVar("T")
 
 DEFAULT_EXTENSIONS_DIR = Path.home() / ".cache" / "policylab" / "torch_extensions"
 CHECKPOINT_TAG = "ds"
@@ -136,7 +134,7 @@ def gathered_state_dict(model: nn.Module, keep: bool) -> dict[str, Tensor]:
     return {key: params[key] if key in params else value.detach().to("cpu", copy=True) for key, value in current.items()}
 
 
-class DeepSpeedStrategy:
+class DeepSpeedStrategy(StrategyBase):
     """`deepspeed_train`: training_args.optim under ZeRO stage 0-3, optional CPU offload, bf16/fp16/fp32."""
 
     def __init__(
@@ -212,9 +210,8 @@ class DeepSpeedStrategy:
             skipped = not self.engine.was_step_applied()
         return {"grad_norm": float(grad_norm), "lr": float(lr), "update_skipped": float(skipped)}
 
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
-        with eval_mode(self.engine), torch.no_grad():
-            return fn(self.engine)
+    def forward_model(self) -> nn.Module:
+        return self.engine
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """Full CPU tensors on rank 0 (in the dtype the model computes in); `{}` on the others. Collective."""
@@ -245,7 +242,7 @@ class DeepSpeedStrategy:
         set_rng_state(torch.load(rng_file, weights_only=True))
 
 
-class DeepSpeedForward:
+class DeepSpeedForward(StrategyBase):
     """`deepspeed_infer`: a frozen model for forward passes; ZeRO-3 partitions its parameters
     (optionally offloaded to CPU), other stages keep the whole model on every rank."""
 
@@ -259,21 +256,20 @@ class DeepSpeedForward:
         strategy_config: Mapping[str, Any] | None = None,
     ) -> None:
         require_process_group("deepspeed_infer", rank, world_size)
-        self.rank = rank
+        self.rank, self.device = rank, torch.device(device)
         config = parse_strategy_config(strategy_config)
         self.ds_config = build_ds_config(
             config, precision=resolve_precision(config, param_dtype(model)), hidden_size=hidden_size(model),
             world_size=world_size,
         )
-        model = model.to(torch.device(device)).eval()
+        model = model.to(self.device).eval()
         model.requires_grad_(False)
         self.engine, _, _, _ = deepspeed.initialize(model=model, config=self.ds_config, dist_init_required=False)
         self.engine.eval()
         self.model = self.engine.module
 
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
-        with torch.no_grad():
-            return fn(self.engine)
+    def forward_model(self) -> nn.Module:
+        return self.engine
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """Full CPU tensors on rank 0; `{}` on the others. Collective."""

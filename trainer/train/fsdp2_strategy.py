@@ -11,9 +11,9 @@ Checkpoint layout in `path`: `dcp/` (sharded model + optimizer, torch.distribute
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,16 +38,14 @@ from trainer.checkpoint.core import get_rng_state, set_rng_state
 from trainer.train.base import (
     LossFn,
     OptimConfig,
+    StrategyBase,
     accumulate_gradients,
     build_optimizer,
     build_scheduler,
     clip_grad_norm,
-    eval_mode,
     optimizer_step,
     require_process_group,
 )
-
-T = TypeVar("T")
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 STRATEGY_CONFIG_KEYS = (
@@ -55,7 +53,7 @@ STRATEGY_CONFIG_KEYS = (
 )
 
 
-class FSDP2Strategy:
+class FSDP2Strategy(StrategyBase):
     def __init__(
         self,
         model: nn.Module,
@@ -101,10 +99,6 @@ class FSDP2Strategy:
         grad_norm = clip_grad_norm(list(self.model.parameters()), self.optim.max_grad_norm)
         return {**metrics, **optimizer_step(self.optimizer, self.scheduler, grad_norm), "loss": loss_sum.item()}
 
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
-        with eval_mode(self.model), torch.no_grad():
-            return fn(self.model)
-
     def full_state_dict(self) -> dict[str, Tensor]:
         """Unsharded CPU tensors on rank 0; `{}` on the other ranks. Collective: call on all ranks."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -138,7 +132,7 @@ class FSDP2Strategy:
         set_rng_state(torch.load(rng_file, weights_only=True))
 
 
-class FSDP2Forward:
+class FSDP2Forward(StrategyBase):
     """`fsdp2_infer`: a frozen model sharded like fsdp2_train (each rank keeps 1/world of the weights,
     blocks all-gathered just in time), for forward passes only. Every rank must run the same number
     of forwards (they are collectives)."""
@@ -155,11 +149,8 @@ class FSDP2Forward:
         require_process_group("fsdp2_infer", rank, world_size)
         model.eval().requires_grad_(False)
         options = parse_strategy_config(strategy_config or {})
-        self.model = shard_model(model, torch.device(device), world_size, options)
-
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
-        with torch.no_grad():
-            return fn(self.model)
+        self.device = torch.device(device)
+        self.model = shard_model(model, self.device, world_size, options)
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """Unsharded CPU tensors on rank 0; `{}` on the other ranks. Collective."""

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -69,6 +69,7 @@ from trainer.models.value import ValueModel
 from trainer.train.base import (
     LossFn,
     OptimConfig,
+    StrategyBase,
     check_loss_metrics,
     lr_multiplier,
     require_process_group,
@@ -112,7 +113,6 @@ with (
     from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-T = TypeVar("T")
 CHECKPOINT_DIR = "dist"
 
 
@@ -317,6 +317,8 @@ class PipelineModel(nn.Module):
     def __init__(self, runner: _MegatronModel) -> None:
         super().__init__()
         self.runner = runner
+        self.stages = nn.ModuleList(runner.chunks)  # so eval()/train() reach the model chunks
+        self.train(runner.chunks[0].training)  # and eval_mode restores the chunks' own mode
 
     def forward(
         self,
@@ -340,7 +342,7 @@ class PipelineModel(nn.Module):
 # the strategies
 
 
-class _MegatronModel:
+class _MegatronModel(StrategyBase):
     """What megatron_train and megatron_infer share: parallel state, the model chunks, forward passes,
     rows of the model-parallel group and full HF weights."""
 
@@ -465,11 +467,8 @@ class _MegatronModel:
         dist.broadcast(out, src=src, group=group)
         return out
 
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
-        for chunk in self.chunks:
-            chunk.eval()
-        with torch.no_grad():
-            return fn(PipelineModel(self))
+    def forward_model(self) -> nn.Module:
+        return PipelineModel(self)
 
     # full weights ---------------------------------------------------------------------------------
 

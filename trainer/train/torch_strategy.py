@@ -1,11 +1,18 @@
 """`torch_train`: one process, one device, plain PyTorch (the CPU path and the reference the
-distributed strategies are tested against)."""
+distributed strategies are tested against).
+
+Mixed precision (`strategy_config.param_dtype`, else the role's `model_args.dtype`): bf16 or fp16
+computes forward and backward under `torch.autocast` while the parameters — the master weights — and
+the optimizer state stay fp32, as plain PyTorch training on a GPU does. fp16 adds a gradient scaler
+(its small exponent range underflows gradients otherwise); bf16 needs none.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -14,38 +21,71 @@ from trainer.checkpoint.core import get_rng_state, set_rng_state
 from trainer.train.base import (
     LossFn,
     OptimConfig,
+    StrategyBase,
     accumulate_gradients,
     build_optimizer,
     build_scheduler,
     clip_grad_norm,
-    eval_mode,
     optimizer_step,
 )
 
-T = TypeVar("T")
+COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+STRATEGY_CONFIG_KEYS = ("param_dtype",)
 
 
-class TorchStrategy:
-    """Checkpoint layout: `model.pt`, `optimizer.pt`, `scheduler.pt`, `rng_rank0.pt` in `path`."""
+def compute_dtype(model: nn.Module, strategy_config: dict[str, Any] | None) -> torch.dtype:
+    """The dtype torch_train computes in: strategy_config.param_dtype when set, else the dtype the
+    model was loaded in (model_args.dtype)."""
+    options = dict(strategy_config or {})
+    unknown = sorted(set(options) - set(STRATEGY_CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"strategy_config: unknown key(s) {unknown} for torch_train; valid: "
+                         f"{', '.join(STRATEGY_CONFIG_KEYS)}")
+    name = options.get("param_dtype")
+    if name is None:
+        return next(model.parameters()).dtype
+    if name not in COMPUTE_DTYPES:
+        raise ValueError(f"strategy_config.param_dtype={name!r} is not valid for torch_train; "
+                         f"use one of {', '.join(COMPUTE_DTYPES)}")
+    return COMPUTE_DTYPES[name]
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, *, device: str = "cpu") -> None:
+
+class TorchStrategy(StrategyBase):
+    """Checkpoint layout: `model.pt`, `optimizer.pt`, `scheduler.pt`, `rng_rank0.pt` in `path`
+    (and `grad_scaler.pt` under fp16)."""
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, *, device: str = "cpu",
+                 strategy_config: dict[str, Any] | None = None) -> None:
         self.device = torch.device(device)
-        self.model = model.to(self.device)
+        self.dtype = compute_dtype(model, strategy_config)
+        # master weights in fp32 whatever the model was loaded in; autocast computes in self.dtype
+        self.model = model.to(self.device, torch.float32)
         self.optim = optim
         self.optimizer = build_optimizer(self.model.parameters(), optim)
         self.scheduler = build_scheduler(self.optimizer, optim)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.dtype == torch.float16 else None
+
+    def compute_context(self) -> AbstractContextManager[Any]:
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
 
     def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]:
         """One optimizer step. Gradients stay on the parameters until the next step."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, metrics = accumulate_gradients(self.model, micro_batches, loss_fn, self.device)
+        loss_sum, metrics = accumulate_gradients(self.model, micro_batches, loss_fn, self.device,
+                                                 backward=self._backward, compute_context=self.compute_context)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # true gradients for the norm, the clip and the step
         grad_norm = clip_grad_norm(list(self.model.parameters()), self.optim.max_grad_norm)
-        return {**metrics, **optimizer_step(self.optimizer, self.scheduler, grad_norm), "loss": loss_sum.item()}
+        stepped = optimizer_step(self.optimizer, self.scheduler, grad_norm)
+        if self.scaler is not None:
+            self.scaler.update()  # halves the scale after an inf/NaN gradient, grows it after a run of finite ones
+        return {**metrics, **stepped, "loss": loss_sum.item()}
 
-    def forward_no_grad(self, fn: Callable[[nn.Module], T]) -> T:
-        with eval_mode(self.model), torch.no_grad():
-            return fn(self.model)
+    def _backward(self, loss: Tensor, last: bool) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def full_state_dict(self) -> dict[str, Tensor]:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
@@ -56,6 +96,8 @@ class TorchStrategy:
         torch.save(self.model.state_dict(), path / "model.pt")
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
         torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
+        if self.scaler is not None:
+            torch.save(self.scaler.state_dict(), path / "grad_scaler.pt")
         torch.save(get_rng_state(), path / "rng_rank0.pt")
 
     def load_checkpoint(self, path: Path) -> None:
@@ -63,5 +105,6 @@ class TorchStrategy:
         self.model.load_state_dict(torch.load(path / "model.pt", map_location=self.device, weights_only=True))
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+        if self.scaler is not None and (path / "grad_scaler.pt").exists():
+            self.scaler.load_state_dict(torch.load(path / "grad_scaler.pt", weights_only=True))
         set_rng_state(torch.load(path / "rng_rank0.pt", weights_only=True))
-

@@ -72,7 +72,8 @@ class ShardedTiny:
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.strategy.forward_no_grad(
-            lambda model: model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            lambda model, rows: model(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"]).logits,
+            batch,
         )
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.hf import HFInferEngine, filter_logits
+from trainer.rollout.hf import HFInferEngine, filter_logits, gumbel_sample, token_mask
 
 VOCAB, EOS, PAD = 32, 1, 0
 
@@ -94,3 +94,30 @@ def test_filter_logits_top_k_top_p_min_p() -> None:
     assert torch.isinf(filter_logits(logits, -1, 1.0, 0.5)).tolist() == [[False, False, True, True]]
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(max_new_tokens=1, top_p=0.0)
+
+
+def test_gumbel_sample_draws_what_torch_multinomial_draws() -> None:
+    """The accelerator path's sampler makes torch.multinomial's own draws (checked on CPU, where both run)."""
+    probs = torch.rand((16, 50), generator=torch.Generator().manual_seed(0)) ** 4
+    probs /= probs.sum(-1, keepdim=True)
+    for seed in range(5):
+        expected = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
+        assert torch.equal(gumbel_sample(probs, torch.Generator().manual_seed(seed)), expected)
+
+
+def test_checking_for_finished_rows_every_8_steps_only_adds_padding(model: Qwen2ForCausalLM) -> None:
+    """The accelerator cadence (check "all rows finished" every 8 steps), run on CPU: extra steps
+    after every row finished change no result of a single batch."""
+    params = SamplingParams(max_new_tokens=20, temperature=0.0, stop_token_ids=list(range(2, 12)))
+    eng = engine(model)
+    expected = eng.generate(PROMPTS, params)
+    assert {g.stop_reason for g in expected} == {"stop"} and max(len(g.token_ids) for g in expected) < 8
+    eng.check_every = 8
+    assert eng.generate(PROMPTS, params) == expected
+
+
+def test_ids_outside_the_vocabulary_never_end_a_row(model: Qwen2ForCausalLM) -> None:
+    assert token_mask(torch.tensor([-1, 2, VOCAB + 5]), VOCAB).nonzero().flatten().tolist() == [2]
+    eng = HFInferEngine(model, eos_token_ids=[EOS, VOCAB + 100], pad_token_id=PAD)
+    gens = eng.generate(PROMPTS, SamplingParams(max_new_tokens=4, min_new_tokens=2, stop_token_ids=[-1], seed=0))
+    assert all(len(g.token_ids) >= 2 for g in gens)

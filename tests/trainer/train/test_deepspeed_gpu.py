@@ -58,6 +58,7 @@ def test_deepspeed_infer_zero3_on_cuda_equals_the_whole_model(nccl_group: None) 
         expected = model(input_ids=batch["input_ids"].cuda(), attention_mask=batch["attention_mask"].cuda()).logits
     sharded = build_forward_strategy("deepspeed_infer", tiny_qwen2(0), device="cuda",
                                      strategy_config={"zero_optimization": {"stage": 3}})
-    logits = sharded.forward_no_grad(lambda m: m(input_ids=batch["input_ids"].cuda(),
-                                                 attention_mask=batch["attention_mask"].cuda()).logits)
+    logits = sharded.forward_no_grad(
+        lambda m, b: m(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, batch
+    )
     torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)

@@ -55,15 +55,11 @@ def test_converted_bf16_logits_equal_the_hf_model_within_bf16_tolerance(nccl_gro
         "megatron_infer", tiny_causal_lm("qwen2").to(torch.bfloat16), device="cuda"
     )
     logits = strategy.forward_no_grad(
-        lambda m: (
-            m(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"],
-            ).logits
-        )
+        lambda m, b: m(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"]).logits,
+        batch,
     )
-    logprobs = strategy.forward_no_grad(lambda m: m.response_logprobs(batch, 1.0))
+    logprobs = strategy.forward_no_grad(lambda m, b: m.response_logprobs(b, 1.0), batch)
     real, mask = cuda["attention_mask"].bool(), cuda["response_mask"].bool()
     bf16_error = (bf16[real] - expected[real]).abs().max()
     assert 0 < bf16_error < 0.5
@@ -88,10 +84,10 @@ def test_one_grpo_step_lowers_the_loss_on_a_fixed_batch(nccl_group: None) -> Non
         OptimConfig(lr=1e-3, num_training_steps=2, max_grad_norm=1.0),
         device="cuda",
     )
-    old = strategy.forward_no_grad(lambda m: m.response_logprobs(batch, 1.0)).cpu()
+    old = strategy.forward_no_grad(lambda m, b: m.response_logprobs(b, 1.0), batch).cpu()
     fixed = {**batch, "old_log_probs": old}
     before = strategy.train_step([fixed], loss_fn)["loss"]
-    after = float(strategy.forward_no_grad(lambda m: loss_fn(m, {k: v.cuda() for k, v in fixed.items()})[0]))
+    after = float(strategy.forward_no_grad(lambda m, b: loss_fn(m, b)[0], fixed))
     assert after < before, f"one GRPO step did not lower the loss: {before} -> {after}"
 
 

@@ -37,3 +37,31 @@ def test_fsdp2_over_nccl_matches_torch_train_on_the_gpu(tmp_path) -> None:
         assert all(torch.equal(fsdp.full_state_dict()[k], v) for k, v in state.items())
     finally:
         distributed.destroy_process_group()
+
+
+def test_torch_train_mixed_precision_on_cuda_uses_fused_adamw_and_bf16_autocast() -> None:
+    batch = make_batch(4, 16, torch.Generator().manual_seed(1))
+    loss_fn = token_mean_loss(count_loss_tokens(batch))
+    strategy = build_strategy("torch_train", tiny_qwen2(0).to(torch.bfloat16), OPTIM, device="cuda")
+    assert strategy.optimizer.defaults["fused"] is True
+    assert {p.dtype for p in strategy.model.parameters()} == {torch.float32}  # master weights
+    first = strategy.train_step([batch], loss_fn)["loss"]
+    logits = strategy.forward_no_grad(lambda m, b: m(input_ids=b["input_ids"]).logits, batch)  # CPU rows in
+    assert logits.is_cuda and logits.dtype == torch.bfloat16
+    assert strategy.train_step([batch], loss_fn)["loss"] < first
+
+
+def test_in_process_weight_sync_stays_on_the_gpu_in_the_engines_dtype() -> None:
+    from trainer.rollout.hf import HFInferEngine
+
+    strategy = build_strategy("torch_train", tiny_qwen2(0), OPTIM, device="cuda")
+    engine = HFInferEngine(tiny_qwen2(1).to(torch.bfloat16), eos_token_ids=[0], pad_token_id=0, device="cuda")
+    sent = []
+    for bucket in strategy.full_weights(device="cuda:0", dtype=torch.bfloat16, bucket_bytes=4096):
+        sent.append(bucket)
+        assert {t.device.type for t in bucket.values()} == {"cuda"}
+        assert {t.dtype for t in bucket.values() if t.is_floating_point()} == {torch.bfloat16}
+        engine.load_weights(bucket)
+    assert len(sent) > 1
+    for name, value in strategy.model.state_dict().items():
+        assert torch.equal(engine.model.state_dict()[name], value.to(torch.bfloat16)), name

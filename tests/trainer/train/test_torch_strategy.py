@@ -122,7 +122,7 @@ def test_full_state_dict_and_forward_no_grad() -> None:
     state["model.norm.weight"].add_(1.0)  # a copy: editing it leaves the model alone
     assert torch.equal(strategy.model.model.norm.weight, torch.ones(32))
     batch = make_batch(1, 6)
-    logits = strategy.forward_no_grad(lambda m: m(input_ids=batch["input_ids"]).logits)
+    logits = strategy.forward_no_grad(lambda m, b: m(input_ids=b["input_ids"]).logits, batch)
     assert not logits.requires_grad and strategy.model.training
 
 

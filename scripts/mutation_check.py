@@ -41,6 +41,9 @@ ALGO = "tests/trainer/algorithms"
 RESUME = "tests/trainer/pipeline/test_resume.py"
 KNOBS = ("tests/trainer/pipeline/test_knobs_act.py", "tests/trainer/pipeline/test_loss_wiring.py",
          "tests/trainer/pipeline/test_reward_wiring.py")
+FSDP2 = "tests/trainer/cluster/test_fsdp2_group.py"
+DEEPSPEED = "tests/trainer/cluster/test_deepspeed_group.py"
+MEGATRON = "tests/trainer/train/test_megatron_emulated.py"
 MUTANTS: tuple[Mutant, ...] = (
     # --- algorithms (pure functions) ---------------------------------------------------------
     Mutant("gae_lambda", "trainer/algorithms/advantages.py", "advantage_t = delta + gamma * lambd * next_advantage",
@@ -93,6 +96,22 @@ MUTANTS: tuple[Mutant, ...] = (
            (RESUME,), "rollout/reference RNG not restored (issue 22's table)"),
     Mutant("resume_sampler", "trainer/pipeline/rlvr.py", "        self.sampler.load_state_dict(state[\"sampler\"])\n",
            "", (RESUME,), "data sampler position not restored"),
+    # issue 37: resume with a warmup + cosine schedule, each strategy's own restore of the LR step
+    Mutant("resume_lr_fsdp2", "trainer/train/fsdp2_strategy.py",
+           "        self.scheduler.load_state_dict(torch.load(path / \"scheduler.pt\", weights_only=True))\n", "",
+           (FSDP2,), "fsdp2_train's LR schedule restarts from step 0 on resume (issue 37)"),
+    Mutant("resume_lr_deepspeed", "trainer/train/deepspeed_strategy.py",
+           "        self.optimizer_steps = int(client_state[\"optimizer_steps\"])\n", "",
+           (DEEPSPEED,), "deepspeed_train's LR step count restarts from 0 on resume (issue 37)"),
+    Mutant("resume_lr_megatron", "trainer/train/megatron_strategy.py",
+           "        self.optimizer_steps = int(extra[\"optimizer_steps\"])\n", "",
+           (MEGATRON,), "megatron_train's LR step count restarts from 0 on resume (issue 37)"),
+    # --- the ledger ------------------------------------------------------------------------------
+    Mutant("ledger_snapshot_boundary", "trainer/pipeline/ledger.py",
+           "voided.update(range(0 if upto is None or upto > line else upto, line))",
+           "voided.update(range(0 if upto is None or upto > line else upto + 1, line))",
+           ("tests/trainer/pipeline/test_ledger.py",),
+           "a record at the snapshot boundary is not rolled back: counted again (issue 37)"),
     # --- importers ------------------------------------------------------------------------------
     Mutant("verl_clip_swap", "trainer/config/importers/verl.py",
            'Rule(f"{ARR}.actor.clip_ratio_low", "pg_clip_low", 0.18),\n    Rule(f"{ARR}.actor.clip_ratio_high", "pg_clip_high", 0.28),',
@@ -103,6 +122,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("scoping_token_team", "platform/policylab/accounts/scoping.py",
            "    if token_team_id is not None:\n        teams = teams.filter(pk=token_team_id)\n", "",
            ("tests/platform/test_team_isolation.py", "tests/platform/api"), "a token sees all its user's teams"),
+    Mutant("scoping_role_any_team", "platform/policylab/accounts/scoping.py",
+           "Membership.objects.filter(user=user, team=team).values_list",
+           "Membership.objects.filter(user=user).values_list", ("tests/platform/test_team_isolation.py",),
+           "the role is read from any of the user's teams, not the one written to (issue 37)"),
     Mutant("ingest_cursor_backwards", "platform/policylab/tracking/ingest.py",
            "new_last = max(cursor.last_seq, events[-1][\"seq\"])", "new_last = events[-1][\"seq\"]",
            ("tests/platform/tracking/test_ingest.py",), "the per-run cursor may move backwards (issue 22's table)"),
@@ -110,6 +133,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if min_seq <= cursor.last_seq  # a replay: keep newer attempts' samples\n",
            "        if False\n", ("tests/platform/tracking/test_ingest.py",),
            "a replayed batch overwrites a newer attempt's rollout samples"),
+    Mutant("summary_last_step_again", "platform/policylab/tracking/ingest.py",
+           "if old is not None and min(p[2] for p in points) <= old.last_step:",
+           "if old is not None and min(p[2] for p in points) < old.last_step:",
+           ("tests/platform/tracking/test_dashboard_data.py", "tests/platform/tracking/test_ingest.py"),
+           "a re-delivered last metrics batch is merged again: counted twice, min/max keep overwritten values "
+           "(issue 37)"),
     Mutant("late_attempt_status", "platform/policylab/tracking/ingest.py",
            "    if attempt < max(latest_attempt, run.progress_attempt):",
            "    if attempt < run.progress_attempt:", ("tests/platform/tracking/test_run_state.py",),

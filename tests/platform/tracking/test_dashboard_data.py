@@ -151,6 +151,35 @@ def test_metric_summaries_follow_new_steps_and_recount_when_a_resume_rewrites_st
     assert selectors.run_snapshot(run)["series"]["reward/mean"]["step"] == [1, 2, 3, 4, 5]
 
 
+def summary_row(run, key: str) -> tuple:
+    s = MetricSummary.objects.get(run=run, key=key)
+    return s.points, s.last_step, s.last_value, s.min_value, s.max_value, s.first_time
+
+
+def test_a_redelivered_final_batch_changes_no_summary_and_a_relogged_last_step_is_recounted(make_run, user) -> None:
+    """The stream delivers the last metrics batch again (a consumer died before its ack): same step as
+    the summary's last, same seq. Nothing may change, the point count included. A resumed attempt that
+    logs that last step again with another value replaces it: the overwritten value leaves min and max."""
+    run = make_run(user=user)
+    batches = metric_events(run.pk, {1: 0.2, 2: 0.9, 3: 0.5}, 1)
+    for batch in batches:  # one ingest call per event, as the stream consumer reads them live
+        ingest_events([batch], publish=False)
+    # by hand: 3 points, last (3, 0.5), min 0.2, max 0.9, first at 1000 + step 1; actor/kl is 0.1 each step
+    assert summary_row(run, "reward/mean") == (3, 3, 0.5, 0.2, 0.9, 1001.0)
+    assert summary_row(run, "actor/kl") == (3, 3, 0.1, 0.1, 0.1, 1001.0)
+
+    for _ in range(2):
+        ingest_events([batches[-1]], publish=False)
+    assert summary_row(run, "reward/mean") == (3, 3, 0.5, 0.2, 0.9, 1001.0)
+    assert summary_row(run, "actor/kl") == (3, 3, 0.1, 0.1, 0.1, 1001.0)
+
+    # attempt 2 (resumed from step 2's checkpoint) logs step 3 again: 0.95 replaces 0.5
+    ingest_events(metric_events(run.pk, {3: 0.95}, 4, attempt=2), publish=False)
+    assert summary_row(run, "reward/mean") == (3, 3, 0.95, 0.2, 0.95, 1001.0)
+    ingest_events(metric_events(run.pk, {3: 0.05}, 5, attempt=2), publish=False)  # and once more, lower
+    assert summary_row(run, "reward/mean") == (3, 3, 0.05, 0.05, 0.9, 1001.0)  # 0.95 is gone
+
+
 def test_history_shows_metric_columns_duration_and_sorts_on_them(make_run, user, other_user) -> None:
     runs = []
     for i, (best, last) in enumerate([(0.9, 0.5), (0.7, 0.7), (0.95, 0.1)]):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.trainer.cluster.deepspeed_probe import OPTIM, ShardedTiny
+from tests.trainer.train.lr_schedules import SAVE_AFTER, WARMUP_COSINE, WARMUP_COSINE_LRS
 from tests.trainer.train.tiny_qwen import (
     count_loss_tokens,
     make_batch,
@@ -214,3 +215,29 @@ def test_training_args_optim_acts_under_deepspeed(group: WorkerGroup, optimizer:
     params = group.call_all("full_state_dict")[0]
     for name, value in expected.items():
         torch.testing.assert_close(params[name], value, rtol=1e-5, atol=2e-5, msg=name)
+
+
+def test_a_fresh_strategy_resumes_the_warmup_cosine_schedule(group: WorkerGroup, tmp_path: Path) -> None:
+    """ZeRO-2 on 2 ranks, saved after 3 of 6 steps and loaded into freshly built strategies: steps 4-6
+    run at the LRs the uninterrupted run used (its step count restored, not 0 again) and end on the
+    same weights."""
+    batches = [make_batch(2 * ROWS_PER_RANK, 12, torch.Generator().manual_seed(10 + s)) for s in range(6)]
+    preset = DEEPSPEED_PRESETS["deepspeed_zero2"]
+
+    def lrs(steps: list[dict[str, torch.Tensor]]) -> list[float]:
+        per_step = [group.call_sharded("train_step", b, global_tokens=count_loss_tokens(b)) for b in steps]
+        assert all(per_rank[0]["lr"] == per_rank[1]["lr"] for per_rank in per_step)
+        return [per_rank[0]["lr"] for per_rank in per_step]
+
+    group.call_all("build", "deepspeed_train", preset, 1, ROWS_PER_RANK, WARMUP_COSINE)
+    straight = lrs(batches[:SAVE_AFTER])
+    group.call_all("save", str(tmp_path / "ckpt"))  # then goes on uninterrupted
+    straight += lrs(batches[SAVE_AFTER:])
+    straight_params = group.call_all("full_state_dict")[0]
+    assert straight == pytest.approx(WARMUP_COSINE_LRS, abs=1e-12)
+
+    group.call_all("build", "deepspeed_train", preset, 1, ROWS_PER_RANK, WARMUP_COSINE)  # a resumed process
+    group.call_all("load", str(tmp_path / "ckpt"))
+    assert lrs(batches[SAVE_AFTER:]) == straight[SAVE_AFTER:]
+    resumed_params = group.call_all("full_state_dict")[0]
+    assert all(torch.equal(resumed_params[k], v) for k, v in straight_params.items())

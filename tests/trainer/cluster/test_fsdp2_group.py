@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from tests.trainer.cluster.probe_workers import TinyTrainer
-from tests.trainer.train.tiny_qwen import count_loss_tokens, make_batch
-from trainer.cluster import LocalWorkerGroup, WorkerGroup, plan_resource_pools
+from tests.trainer.train.lr_schedules import SAVE_AFTER, WARMUP_COSINE, WARMUP_COSINE_LRS
+from tests.trainer.train.tiny_qwen import count_loss_tokens, make_batch, tiny_qwen2, token_mean_loss
+from trainer.cluster import LocalWorkerGroup, WorkerGroup, distributed, plan_resource_pools
 from trainer.config import PipelineConfig
+from trainer.train import build_strategy
 
 
 def test_two_fsdp2_ranks_match_one_process_and_resume_exactly(ray_session, tmp_path) -> None:
@@ -80,3 +82,34 @@ def test_fsdp2_in_process_with_bf16_mixed_precision_keeps_fp32_master_weights() 
     finally:
         group.shutdown()
     assert not torch.distributed.is_initialized()
+
+
+def test_fsdp2_resume_continues_the_warmup_cosine_schedule(tmp_path) -> None:
+    """Saved after 3 of 6 steps and loaded into a fresh strategy (other initial weights), fsdp2_train
+    goes on with the LR the uninterrupted run used at steps 4-6, not the schedule's start again, and
+    ends on the same weights. One rank in this process (gloo)."""
+    batches = [make_batch(2, 10, torch.Generator().manual_seed(s)) for s in range(6)]
+
+    def step(strategy, batch) -> dict:
+        return strategy.train_step([batch], token_mean_loss(count_loss_tokens(batch)))
+
+    distributed.init_process_group(rank=0, world_size=1, master_addr="127.0.0.1",
+                                   master_port=distributed.find_free_port())
+    try:
+        straight = build_strategy("fsdp2_train", tiny_qwen2(0), WARMUP_COSINE)
+        straight_lrs = [step(straight, b)["lr"] for b in batches[:SAVE_AFTER]]
+        straight.save_checkpoint(tmp_path / "ckpt")  # then goes on uninterrupted
+        straight_lrs += [step(straight, b)["lr"] for b in batches[SAVE_AFTER:]]
+        expected_params = straight.full_state_dict()
+
+        resumed = build_strategy("fsdp2_train", tiny_qwen2(5), WARMUP_COSINE)
+        resumed.load_checkpoint(tmp_path / "ckpt")
+        resumed_lrs = [step(resumed, b)["lr"] for b in batches[SAVE_AFTER:]]
+        params = resumed.full_state_dict()
+    finally:
+        distributed.destroy_process_group()
+
+    assert straight_lrs == pytest.approx(WARMUP_COSINE_LRS, abs=1e-12)
+    assert resumed_lrs == straight_lrs[SAVE_AFTER:]
+    assert params.keys() == expected_params.keys()
+    assert all(torch.equal(params[k], v) for k, v in expected_params.items())

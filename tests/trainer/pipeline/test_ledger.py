@@ -58,6 +58,28 @@ def test_a_killed_and_resumed_async_history_is_whole() -> None:
     assert (out.lost_prompts, out.duplicated_prompts, out.trained_samples) == (0, 0, 16)
 
 
+def test_a_record_between_the_snapshot_and_the_checkpoint_marker_is_rolled_back_once() -> None:
+    """The driver takes the checkpoint's snapshot (upto = 7 ledger lines), and the rollout thread writes
+    batch 3's generation (line 7) before the driver's checkpoint marker (line 8). That generation is not
+    in the checkpoint: a resume rolls it back, and batch 3 is generated again after it."""
+    records = [START, draw(1), draw(2), gen(1, 0), train(1), draw(3), gen(2, 0),  # lines 0-6: the snapshot
+               gen(3, 1),  # line 7, written after the snapshot
+               {"ev": "checkpoint", "step": 1, "upto": 7},  # line 8
+               train(2, 1), draw(4)]  # lines 9-10, then killed
+    records += [resume(1, 7, {2: [2, 3], 3: [4, 5]}, position=6), gen(2, 1), train(2), draw(4), gen(3, 1),
+                train(3, 1), gen(4, 2), train(4, 1), {"ev": "end", "step": 4, "left": []}]
+    out = account(records)
+    assert out.ok, (out.lost, out.duplicated, out.problems)
+    # by hand: lines 7-10 are rolled back: gen(3) at 7, train(2) at 9, draw(4) at 10 (the marker is not
+    # an event); generations that count: gen(1), gen(2) before the snapshot, gen(2), gen(3), gen(4)
+    # after the resume = 5 x 4 samples
+    assert out.rolled_back == {"generate": 1, "train": 1, "draw": 1}
+    assert out.rolled_back_steps == [2]
+    assert out.generated_samples == 20
+    assert {j: f.generated for j, f in out.batches.items()} == {1: 1, 2: 2, 3: 1, 4: 1}
+    assert (out.trained_samples, out.lost_prompts, out.duplicated_prompts) == (16, 0, 0)
+
+
 def test_a_checkpoint_that_forgot_an_in_flight_batch_loses_its_prompts() -> None:
     records = [START, draw(1), draw(2), draw(3), gen(1, 0), train(1), {"ev": "checkpoint", "step": 1, "upto": 6}]
     # the buggy resume re-queues batch 2 but not batch 3, and the run goes on to step 4

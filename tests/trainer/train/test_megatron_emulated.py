@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.trainer.train.lr_schedules import SAVE_AFTER, WARMUP_COSINE, WARMUP_COSINE_LRS
 from tests.trainer.train.megatron_testing import (
     emulated_cuda,
     nll_loss,
@@ -98,13 +99,9 @@ def test_the_converted_model_computes_the_hf_logits_and_weights(
         ).logits
     strategy = build_forward_strategy("megatron_infer", tiny_causal_lm(arch, tied=tied))
     logits = strategy.forward_no_grad(
-        lambda m: (
-            m(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"],
-            ).logits
-        )
+        lambda m, b: m(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"]).logits,
+        batch,
     )
     real = batch["attention_mask"].bool()
     torch.testing.assert_close(logits[real], expected[real], rtol=0, atol=2e-5)
@@ -168,6 +165,27 @@ def test_a_checkpoint_resumes_exactly(one_rank: None, tmp_path: Path, distribute
     assert all(torch.equal(reference.full_state_dict()[k], v) for k, v in fresh.full_state_dict().items())
 
 
+def test_a_fresh_strategy_resumes_the_warmup_cosine_schedule(one_rank: None, tmp_path: Path) -> None:
+    """Saved after 3 of 6 steps and loaded into a fresh megatron_train (other initial weights): steps 4-6
+    run at the LRs of the uninterrupted run, whose LRs are the hand-computed schedule, and end on its
+    weights."""
+    batches = [rollout_batch(4, seed=20 + s) for s in range(6)]
+
+    def step(strategy: Any, batch: dict[str, torch.Tensor]) -> float:
+        return strategy.train_step([batch], nll_loss(float(batch["response_mask"].sum())))["lr"]
+
+    straight = build_strategy("megatron_train", tiny_causal_lm("qwen2"), WARMUP_COSINE)
+    straight_lrs = [step(straight, b) for b in batches[:SAVE_AFTER]]
+    straight.save_checkpoint(tmp_path / "ckpt")  # then goes on uninterrupted
+    straight_lrs += [step(straight, b) for b in batches[SAVE_AFTER:]]
+    assert straight_lrs == pytest.approx(WARMUP_COSINE_LRS, abs=1e-12)
+    resumed = build_strategy("megatron_train", tiny_causal_lm("qwen2", seed=9), WARMUP_COSINE)
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert [step(resumed, b) for b in batches[SAVE_AFTER:]] == straight_lrs[SAVE_AFTER:]
+    expected, got = straight.full_state_dict(), resumed.full_state_dict()
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], v) for k, v in expected.items())
+
+
 def test_a_critic_computes_the_hf_values_and_trains_like_torch_train(one_rank: None) -> None:
     batch = rollout_batch(4, seed=4)
     critic = ValueModel(tiny_causal_lm("qwen2"))
@@ -177,7 +195,7 @@ def test_a_critic_computes_the_hf_values_and_trains_like_torch_train(one_rank: N
     fresh = ValueModel(tiny_causal_lm("qwen2"))
     fresh.load_state_dict(critic.state_dict())
     strategy = build_strategy("megatron_train", fresh, SGD)
-    values = strategy.forward_no_grad(lambda m: response_values(m, batch))
+    values = strategy.forward_no_grad(response_values, batch)
     real = batch["response_mask"].bool()  # (padding positions are never scored)
     torch.testing.assert_close(values[real], expected_values[real], rtol=0, atol=2e-5)
     loss_fn = value_loss(float(batch["response_mask"].sum()))

@@ -219,6 +219,25 @@ POLICYLAB_READ_ROOTS = [
     if p.strip()
 ]
 POLICYLAB_TRAINER_WORKDIR = os.environ.get("POLICYLAB_TRAINER_WORKDIR", str(REPO_ROOT))
+# URLs a run may read and write besides plain paths (comma-separated prefixes, e.g.
+# "s3://team-bucket/,gs://shared-data/"); none by default: file:, s3://, http://, … are refused.
+POLICYLAB_URL_PREFIXES = [p.strip() for p in os.environ.get("POLICYLAB_URL_PREFIXES", "").split(",") if p.strip()]
+# system_envs a config may set beyond trainer.config.confinement.SYSTEM_ENVS_ALLOWED (NCCL_*, CUDA_*,
+# VLLM_*, TORCH_*, OMP_NUM_THREADS, WANDB_*, …): comma-separated names or globs, e.g. "HF_HUB_*,MY_FLAG".
+POLICYLAB_SYSTEM_ENVS_ALLOW = [
+    p.strip() for p in os.environ.get("POLICYLAB_SYSTEM_ENVS_ALLOW", "").split(",") if p.strip()
+]
+# Quotas of this deployment, checked when a run is submitted (experiments.quotas): live runs per team
+# (queued to cancelling), steps per run (max_steps), and samples per step (rollout_batch_size ×
+# num_return_sequences_in_group).
+POLICYLAB_QUOTA_CONCURRENT_RUNS = int(os.environ.get("POLICYLAB_QUOTA_CONCURRENT_RUNS", "8"))
+POLICYLAB_QUOTA_STEPS_PER_RUN = int(os.environ.get("POLICYLAB_QUOTA_STEPS_PER_RUN", "100000"))
+POLICYLAB_QUOTA_SAMPLES_PER_STEP = int(os.environ.get("POLICYLAB_QUOTA_SAMPLES_PER_STEP", "65536"))
+# Open websockets re-check their access (token, session, membership) this often, besides on a signal when
+# access is removed (tracking.access).
+POLICYLAB_WS_ACCESS_RECHECK_S = float(os.environ.get("POLICYLAB_WS_ACCESS_RECHECK_S", "2"))
+# A rollout search (GET /api/runs/N/rollouts/?q=) is stopped past this many seconds (policylab.query_budget).
+POLICYLAB_ROLLOUT_SEARCH_BUDGET_S = float(os.environ.get("POLICYLAB_ROLLOUT_SEARCH_BUDGET_S", "5"))
 # The environment variables `${oc.env:…}` may read in a run's trainer (comma-separated globs).
 POLICYLAB_CONFIG_ENV_ALLOW = os.environ.get("POLICYLAB_CONFIG_ENV_ALLOW", "HOME,USER,TMPDIR,POLICYLAB_DATA_*")
 
@@ -242,6 +261,9 @@ CHANNEL_LAYERS = {
 }
 
 # --- REST API -------------------------------------------------------------------------------
+# The OpenAPI document and its viewers (/api/schema/, /api/docs/, /api/redoc/) need a signed-in user or an
+# API token, like the API itself; POLICYLAB_PUBLIC_API_SCHEMA=1 opens them to anonymous readers.
+POLICYLAB_PUBLIC_API_SCHEMA = env_bool("POLICYLAB_PUBLIC_API_SCHEMA", False)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "policylab.accounts.authentication.BearerTokenAuthentication",

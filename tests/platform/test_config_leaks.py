@@ -93,6 +93,12 @@ def test_env_references_are_kept_as_written_and_never_resolved_by_the_server(
         ("profiler_output_dir", "/tmp/anywhere"),
         ("render_save_dir", "../../elsewhere"),
         ("actor_train.system_envs.LD_PRELOAD", "/tmp/x.so"),
+        # issue 34: URLs and tiny:// names were not paths to the checks, and system_envs was a deny-list
+        ("tracker_kwargs.log_dir", "file:///some/where"),
+        ("render_save_dir", "s3://bucket/renders"),
+        ("actor_train.data_args.cache_path", "hdfs://namenode/cache"),
+        ("actor_train.model_args.model_name_or_path", "tiny:///../../run-3/models/tiny?seed=0"),
+        ("actor_train.system_envs.HF_ENDPOINT", "http://127.0.0.1:9999"),
     ],
 )
 def test_paths_outside_the_run_are_refused_by_field(api_bob, bob_project, demo_yaml, team_a_run, field, value) -> None:
@@ -134,4 +140,5 @@ def test_the_supervisor_rebases_paths_into_the_run_dir(alice, team_a, make_exper
     )
     env = supervisor.runtime_env()["env_vars"]
     assert env["POLICYLAB_READ_ROOTS"].split(":") == settings.POLICYLAB_READ_ROOTS
+    assert env["POLICYLAB_URL_PREFIXES"] == "" and env["POLICYLAB_SYSTEM_ENVS_ALLOW"] == ""  # the trainer checks again
     assert "DJANGO_SECRET_KEY" not in env["POLICYLAB_CONFIG_ENV_ALLOW"]

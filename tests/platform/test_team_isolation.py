@@ -116,3 +116,50 @@ def test_viewers_read_but_cannot_launch_cancel_resume_fork_or_create(victor, ali
     assert run.cancel_requested is False and Run.objects.count() == 1
     with pytest.raises(PermissionDenied):
         services.launch_run(experiment, victor)
+
+
+@pytest.mark.parametrize("older_membership", ["viewer in A", "admin in B"])
+def test_the_role_is_the_one_in_the_team_written_to(team_a, team_b, alice, bob, make_experiment, demo_yaml,
+                                                    older_membership):
+    """Rita is a viewer in team A and an admin in team B: in A she may read but not create or launch
+    (403, through the REST API and the HTML forms); in B she may. Both orders of her memberships, so a
+    role lookup that ignored the team (reading whichever membership comes first) fails either way."""
+    from django.contrib.auth import get_user_model
+
+    from policylab.accounts.models import Membership, Role
+    from policylab.experiments.models import Experiment
+
+    rita = get_user_model().objects.create_user("rita", password="pw-rita-123456")
+    memberships = [(team_a, Role.VIEWER), (team_b, Role.ADMIN)]
+    for team, role in memberships if older_membership == "viewer in A" else memberships[::-1]:
+        Membership.objects.create(user=rita, team=team, role=role)
+    in_a, in_b = make_experiment(alice, team_a, "a's"), make_experiment(bob, team_b, "b's")
+    browser = Client()
+    browser.force_login(rita)
+    api = {team: Client(HTTP_AUTHORIZATION=f"Bearer {create_api_token(rita, team, 'rita').secret}")
+           for team in (team_a, team_b)}
+
+    def writes(team, experiment) -> dict[str, int]:
+        """The status of each write Rita tries in `team` (`experiment` is one of that team's)."""
+        project = experiment.project.pk
+        body = {"project": project, "name": f"api in {team.slug}", "config": demo_yaml}
+        form = {"name": f"form in {team.slug}", "editor_mode": "yaml", "config_yaml": demo_yaml, "source_format": "auto"}
+        return {
+            "api create": api[team].post("/api/experiments/", body, content_type="application/json").status_code,
+            "api launch": api[team].post(f"/api/experiments/{experiment.pk}/runs/", {},
+                                         content_type="application/json").status_code,
+            "form create": browser.post(f"/projects/{project}/experiments/new/", form).status_code,
+            "form launch": browser.post(f"/experiments/{experiment.pk}/launch/").status_code,
+        }
+
+    assert writes(team_a, in_a) == {"api create": 403, "api launch": 403, "form create": 403, "form launch": 403}
+    assert not Experiment.objects.filter(project__team=team_a).exclude(pk=in_a.pk).exists()
+    assert not Run.objects.filter(experiment=in_a).exists()
+    # reading in A is still hers
+    assert api[team_a].get(f"/api/experiments/{in_a.pk}/").status_code == 200
+    assert browser.get(f"/experiments/{in_a.pk}/").status_code == 200
+
+    assert writes(team_b, in_b) == {"api create": 201, "api launch": 201, "form create": 302, "form launch": 302}
+    assert set(Experiment.objects.filter(project__team=team_b).values_list("name", flat=True)) == {
+        "b's", "api in team-b", "form in team-b"}
+    assert Run.objects.filter(experiment=in_b, created_by=rita).count() == 2

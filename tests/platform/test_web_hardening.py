@@ -176,3 +176,59 @@ def test_the_shared_plotly_config_offers_no_cloud_sharing():
     assert config["displaylogo"] is False
     assert config["showSendToCloud"] is False and config["showEditInChartStudio"] is False
     assert {"sendDataToCloud", "editInChartStudio"} <= set(config["modeBarButtonsToRemove"])
+
+
+@pytest.mark.django_db
+def test_the_openapi_schema_and_its_viewers_need_a_sign_in_unless_the_deployment_opens_them(alice, team_a, settings):
+    """Issue 34: the schema was open to anonymous users; now like the API it describes, unless
+    POLICYLAB_PUBLIC_API_SCHEMA opens it."""
+    from policylab.accounts.services import create_api_token
+
+    urls = ("/api/schema/", "/api/docs/", "/api/redoc/")
+    for url in urls:
+        anonymous = Client().get(url)
+        assert anonymous.status_code == 401, url
+        assert "openapi" not in anonymous.content.decode().lower() and "swagger" not in anonymous.content.decode()
+    browser = Client()
+    browser.force_login(alice)
+    token = Client(HTTP_AUTHORIZATION=f"Bearer {create_api_token(alice, team_a, 'docs').secret}")
+    for url in urls:
+        assert browser.get(url).status_code == 200, url
+    assert b"openapi:" in token.get("/api/schema/").content
+    settings.POLICYLAB_PUBLIC_API_SCHEMA = True
+    for url in urls:
+        assert Client().get(url).status_code == 200, url
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/editor/check/", "/api/configs/validate/"])
+def test_the_asgi_stack_refuses_a_chunked_body_once_past_the_limit_without_reading_the_rest(settings, path):
+    """Issue 34: the 413 read Content-Length only. For ASGI servers that stream bodies (uvicorn, hypercorn;
+    daphne is capped where it reads the socket: tests/platform/server/), the application counts the bytes of
+    a body with no Content-Length as they arrive and stops reading at the limit."""
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from policylab.asgi import application
+
+    mib, sent = 2**20, 100
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 3 * mib
+    scope = {"type": "http", "method": "POST", "path": path, "query_string": b"", "http_version": "1.1",
+             "headers": [(b"host", b"testserver"), (b"transfer-encoding", b"chunked")]}
+    result: dict = {}
+
+    async def upload() -> None:
+        app = ApplicationCommunicator(application, scope)
+        for _ in range(sent):
+            await app.send_input({"type": "http.request", "body": b"a" * mib, "more_body": True})
+        result["start"] = await app.receive_output(timeout=10)
+        result["body"] = (await app.receive_output(timeout=10))["body"]
+        result["unread"] = app.input_queue.qsize()
+        await app.wait(timeout=10)
+
+    async_to_sync(upload)()
+    assert result["start"]["status"] == 413
+    assert f"larger than {3 * mib} bytes".encode() in result["body"]
+    assert result["unread"] >= sent - 4  # stopped reading at the limit (3 MiB + the one past it)
+    if path.startswith("/api/"):
+        assert json.loads(result["body"])["errors"][0]["message"] == f"request body is larger than {3 * mib} bytes"

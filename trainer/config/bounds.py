@@ -5,12 +5,16 @@ nested `[` segfault libyaml's composer, nine levels of YAML aliases expand to mi
 and twenty levels of `${x}${x}` build a string of megabytes from a kilobyte. So:
 
 - YAML text is streamed through libyaml's event parser (iterative C, no recursion) and abandoned
-  at the first limit crossed: size, nesting depth, alias count, and node count after alias
-  expansion. Only text that passes is composed into Python objects.
+  at the first limit crossed: size, nesting depth, alias count, the values aliases add once
+  expanded, and node count after alias expansion. Only text that passes is composed into Python
+  objects.
 - Mappings (JSON) are walked iteratively for the same depth and node limits.
 - `${…}` interpolation may only call the resolvers listed in ALLOWED_RESOLVERS, and an upper bound
   of the resolved size (references expanded, memoised, linear in the config) must stay under
   MAX_RESOLVED_CHARS before OmegaConf resolves anything.
+- Integers stay within what the platform stores: every integer of a config within a 64-bit column
+  (INT64_MAX; the step count, kept in 32-bit columns, within schema.STEP_MAX). A larger number used
+  to pass validation and then stop telemetry ingest.
 
 Each violation is a ConfigError naming the limit, so the web side answers a clear 400.
 """
@@ -29,6 +33,10 @@ MAX_CONFIG_CHARS = 1_000_000  # real configs are 2-50 kB
 MAX_DEPTH = 64  # real configs nest 3-8 levels
 MAX_NODES = 20_000  # after alias expansion; verl's full ppo_trainer.yaml has ~600
 MAX_ALIASES = 1_000
+# Values that aliases add once expanded: a 2.4 kB 9x9x9x9 alias bomb stays under MAX_NODES (8,200 values)
+# yet costs seconds of CPU downstream (OmegaConf, validation); anchors in real configs reuse a section or
+# two (tens of values each).
+MAX_ALIAS_NODES = 1_000
 MAX_RESOLVED_CHARS = 4_000_000
 # Our arithmetic resolvers (loading._register_resolvers); `oc.env` is handled before OmegaConf sees
 # the config (loading.apply_env). OmegaConf's other built-ins (oc.select, oc.create, oc.decode, …)
@@ -36,6 +44,7 @@ MAX_RESOLVED_CHARS = 4_000_000
 ALLOWED_RESOLVERS = ("add", "subtract", "multiply", "int_div", "divide", "not")
 RESOLVER_OUTPUT_CHARS = 64  # a number or a boolean
 SCALAR_CHARS = 8
+INT64_MAX = 2**63 - 1  # the largest integer the platform stores (PostgreSQL bigint: seqs, steps, sizes)
 
 _COLLECTION_START = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _COLLECTION_END = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
@@ -59,7 +68,7 @@ def check_yaml_text(text: str, where: str, loader: type) -> None:
     check_text_size(text, where)
     anchors: dict[str, int] = {}
     frames: list[list[Any]] = []  # [expanded nodes, anchor] of each open collection
-    nodes = aliases = 0
+    nodes = aliases = alias_nodes = 0
     try:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, _COLLECTION_END):
@@ -78,6 +87,12 @@ def check_yaml_text(text: str, where: str, loader: type) -> None:
                 if aliases > MAX_ALIASES:
                     raise limit_error(where, f"has more than {MAX_ALIASES:,} YAML aliases (*name); the limit is {MAX_ALIASES:,}")
                 grown = anchors.get(event.anchor, 1)
+                alias_nodes += grown
+                if alias_nodes > MAX_ALIAS_NODES:
+                    raise limit_error(
+                        where, f"YAML aliases (*name) expand to more than {MAX_ALIAS_NODES:,} values; the limit is "
+                        f"{MAX_ALIAS_NODES:,} (write a large repeated section out, or reuse it fewer times)"
+                    )
             elif isinstance(event, _COLLECTION_START):
                 if len(frames) >= MAX_DEPTH:
                     raise limit_error(where, f"nested deeper than {MAX_DEPTH} levels; the limit is {MAX_DEPTH}")
@@ -136,6 +151,29 @@ def _strings(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any,
             yield from _strings(value, (*path, index))
     elif isinstance(node, str):
         yield path, node
+
+
+def _integers(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], int]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _integers(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _integers(value, (*path, index))
+    elif isinstance(node, int) and not isinstance(node, bool):
+        yield path, node
+
+
+def check_integers(data: Any) -> list[ConfigIssue]:
+    """An error for every integer of `data` (a loaded config) that no 64-bit column could hold."""
+    issues = []
+    for path, value in _integers(data):
+        if abs(value) > INT64_MAX:
+            shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:12]}…({len(str(value))} digits)"
+            issues.append(ConfigIssue(
+                dotted(path), f"{shown} is out of range: integers must lie within ±{INT64_MAX} (64-bit)"
+            ))
+    return issues
 
 
 def dotted(path: tuple[Any, ...]) -> str:

@@ -14,8 +14,10 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from trainer.config.bounds import INT64_MAX
+from trainer.config.confinement import SYSTEM_ENVS_ALLOWED
 from trainer.config.introspect import sections
-from trainer.config.schema import STRATEGY_CONFIG_MODELS, PipelineConfig, field_status
+from trainer.config.schema import STEP_MAX, STRATEGY_CONFIG_MODELS, PipelineConfig, field_status
 
 MARKDOWN_COMMAND = "python -m trainer schema --markdown > docs/config.md"
 
@@ -119,8 +121,15 @@ def config_markdown() -> str:
         "  and its runs may read only the variables named by `POLICYLAB_CONFIG_ENV_ALLOW`.",
         "- limits (`trainer/config/bounds.py`): 1,000,000 characters, 64 levels of nesting, 20,000 values after",
         "  YAML aliases, 1,000 aliases, 4,000,000 characters once interpolation is resolved.",
-        "- on the platform, fields marked *path* (read or write) are confined: reads under `POLICYLAB_READ_ROOTS`",
-        "  or the run's own directory, writes inside the run directory (`trainer/config/confinement.py`).",
+        f"- integers: within ±{INT64_MAX:,} (what the platform stores); `max_steps` at most {STEP_MAX:,}.",
+        "- on the platform, fields marked *path* (read or write) and the folders `tracker_kwargs` name are",
+        "  confined: reads under `POLICYLAB_READ_ROOTS` or the run's own directory, writes inside the run",
+        "  directory; URLs (`file:`, `s3://`, `http://`, …) only under a prefix in `POLICYLAB_URL_PREFIXES`;",
+        "  `tiny://<size>` only in model fields, with a plain size name (`trainer/config/confinement.py`).",
+        "- on the platform, `system_envs` may set only these variables (a family never includes a name that",
+        "  points at a file, folder, address or plugin, such as `NCCL_DEBUG_FILE`); a deployment adds names or",
+        "  globs with `POLICYLAB_SYSTEM_ENVS_ALLOW`:",
+        "  " + ", ".join(f"`{name}`" for name in SYSTEM_ENVS_ALLOWED) + ".",
         "- `device_mapping` may be written as `[0,1,2]`, `range(0,8)`, `list(range(0,16))` or a `+` of these;",
         "  the expression is parsed, never executed.",
         "",

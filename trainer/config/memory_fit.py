@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.config.confinement import parse_tiny_ref
 from trainer.config.schema import (
     DeepSpeedConfig,
     Fsdp2Config,
@@ -144,8 +145,9 @@ def tiny_shape(path: str) -> ModelShape | None:
     """The shape of a `tiny://<size>` model the trainer builds itself (trainer.models.tiny.SIZES)."""
     from trainer.models.tiny import SIZES, SPECIAL_TOKENS  # plain data, no torch at import
 
-    size = path.removeprefix("tiny://").split("?", 1)[0] or "tiny"
-    if size not in SIZES:
+    try:
+        size, _ = parse_tiny_ref(path)
+    except ValueError:
         return None
     config = {**SIZES[size], "vocab_size": 256 + len(SPECIAL_TOKENS), "tie_word_embeddings": True,
               "model_type": "qwen2"}

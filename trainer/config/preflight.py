@@ -106,7 +106,8 @@ def check_paths(config: PipelineConfig) -> list[ConfigIssue]:
     """Every model and data path the run reads exists here (hub ids: in the local HF cache)."""
     issues = []
     for field, value, access in path_fields(config):
-        if access != "read" or value.startswith(GENERATED_SCHEMES) or field == "resume_from_checkpoint":
+        if access != "read" or not isinstance(value, str) or value.startswith(GENERATED_SCHEMES) \
+                or field == "resume_from_checkpoint":
             continue
         path = Path(os.path.expanduser(value))
         if field.endswith(("file_name", "eval_file_name")) or ".file_name." in field or ".eval_file_name." in field:

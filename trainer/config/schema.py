@@ -23,6 +23,7 @@ from trainer.config.registries import REWARD_TYPES, SYNTHETIC_TASKS
 
 PathAccess = Literal["read", "write"]
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit; a larger seed would fail at the first generator
+STEP_MAX = 2**31 - 1  # max_steps becomes the platform's Run.total_steps, a 32-bit integer column
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,9 @@ class ModelArgs(Section):
     )
     dtype: Dtype | None = fld(
         None, category="Model",
-        description="Precision the weights are loaded in; unset keeps the dtype stored in the model config.",
+        description="Precision the weights are loaded in; unset keeps the dtype stored in the model config. A "
+        "torch_train or deepspeed_train role computes in it as mixed precision (fp32 master weights and optimizer "
+        "state).",
     )
     disable_gradient_checkpointing: bool = fld(
         False, category="Model",
@@ -559,6 +562,12 @@ class DeepSpeedConfig(Section):
         return self
 
 
+def torch_dtype_alias(cls: type, value: Any) -> Any:
+    """ROLL writes torch's names (float32, bfloat16, float16)."""
+    names = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+    return names.get(value, value) if isinstance(value, str) else value
+
+
 class Fsdp2Config(Section):
     reshard_after_forward: bool | int = fld(
         True, category="Strategy",
@@ -586,12 +595,7 @@ class Fsdp2Config(Section):
         description="Which modules are sharded as units (ROLL: transformer_layer_cls_to_wrap).",
     )
 
-    @field_validator("param_dtype", "reduce_dtype", mode="before")
-    @classmethod
-    def _torch_dtype_names(cls, value: Any) -> Any:
-        """ROLL writes torch's names (float32, bfloat16, float16)."""
-        names = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
-        return names.get(value, value) if isinstance(value, str) else value
+    _torch_dtype_names = field_validator("param_dtype", "reduce_dtype", mode="before")(torch_dtype_alias)
 
     @model_validator(mode="after")
     def _offload_policy_offloads(self) -> Fsdp2Config:
@@ -601,7 +605,15 @@ class Fsdp2Config(Section):
 
 
 class TorchTrainConfig(Section):
-    """The single-process strategy has no knobs."""
+    """The single-process strategy: one device, plain PyTorch (as a forward-only role too)."""
+
+    param_dtype: Dtype | None = fld(
+        None, category="Strategy",
+        description="Mixed precision: forward and backward under autocast in this dtype, master weights and "
+        "optimizer state in fp32 (fp16 adds a gradient scaler). Unset: the role's model_args.dtype.",
+    )
+
+    _torch_dtype_names = field_validator("param_dtype", mode="before")(torch_dtype_alias)
 
 
 class HfInferConfig(Section):
@@ -1103,7 +1115,9 @@ class PipelineConfig(Section):
     )
 
     # Schedule
-    max_steps: int = fld(500, category="Experiment", ge=1, common=True, description="Pipeline steps (rollout + update) to run.")
+    max_steps: int = fld(
+        500, category="Experiment", ge=1, le=STEP_MAX, common=True, description="Pipeline steps (rollout + update) to run."
+    )
     save_steps: int = fld(50, category="Checkpointing", ge=1, common=True, description="Save a checkpoint every this many steps.")
     logging_steps: int = fld(1, category="Logging", ge=1, description="Emit metrics every this many steps.")
     logged_rollout_samples: int = fld(

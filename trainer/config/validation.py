@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trainer.config.bounds import check_integers
+from trainer.config.confinement import tiny_issues
 from trainer.config.importers import detect_and_translate
 from trainer.config.introspect import key_locations, models_in
 from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
@@ -111,7 +113,8 @@ def _validate_into(
         return
     config, schema_issues = build_config(native)
     _add(result, schema_issues)
-    if config is None:
+    _add(result, _outside(check_integers(native), schema_issues))
+    if config is None or result.errors:
         return
     _add(result, check_rules(config))
     if result.errors:
@@ -127,6 +130,12 @@ def _validate_into(
 
 # ---------------------------------------------------------------------------------------------
 # schema errors -> ConfigIssues
+
+
+def _outside(issues: list[ConfigIssue], reported: list[ConfigIssue]) -> list[ConfigIssue]:
+    """`issues` of fields (and their items) that `reported` says nothing about: one message per field."""
+    paths = [r.path for r in reported]
+    return [i for i in issues if not any(i.path == p or i.path.startswith(f"{p}.") for p in paths)]
 
 
 def build_config(raw: Mapping[str, Any]) -> tuple[PipelineConfig | None, list[ConfigIssue]]:
@@ -277,6 +286,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_async_rollout,
         _check_suspicious,
         _check_inactive_fields,
+        tiny_issues,
     ):
         issues.extend(rule(config))
     return issues

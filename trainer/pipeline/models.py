@@ -10,32 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlparse
+
+from trainer.config.confinement import TINY_SCHEME, parse_tiny_ref
 
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
-
-TINY_SCHEME = "tiny://"
-
-
-def parse_tiny_ref(ref: str) -> tuple[str, int]:
-    """``tiny://small?seed=3`` -> ("small", 3). ValueError for anything malformed."""
-    parsed = urlparse(ref)
-    size = parsed.netloc or parsed.path.strip("/")
-    query = parse_qs(parsed.query)
-    unknown = sorted(set(query) - {"seed"})
-    if unknown:
-        raise ValueError(f"{ref!r}: unknown option(s) {unknown}; valid: seed")
-    try:
-        seed = int(query.get("seed", ["0"])[0])
-    except ValueError as exc:
-        raise ValueError(f"{ref!r}: seed must be an integer") from exc
-    return size or "tiny", seed
-
-
 def materialise_tiny_models(cfg: PipelineConfig) -> Any:
-    """Return a copy of ``cfg`` with every ``tiny://`` reference replaced by a built directory."""
+    """Return a copy of ``cfg`` with every ``tiny://`` reference replaced by a built directory.
+    parse_tiny_ref refuses (ValueError) any name that is not a plain size name before a file is touched:
+    the name becomes a folder of the run directory."""
     from trainer.models.tiny import build_tiny_model
 
     cfg = cfg.model_copy(deep=True)

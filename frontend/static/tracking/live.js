@@ -4,6 +4,8 @@
 // without their series (pages that draw charts as they scroll into view). `logs` frames carry log lines
 // stored outside trainer events (the Ray driver's output), which the page de-duplicates itself.
 
+const ACCESS_REMOVED = 4403;  // tracking/access.py: token revoked, membership removed, signed out
+
 export function connectRun(runId, { onSnapshot, onSeries, onEvents, onRun, onState, onLogs, lazy = false }) {
   let lastSeq = null;
   let retry = 500;
@@ -36,7 +38,11 @@ export function connectRun(runId, { onSnapshot, onSeries, onEvents, onRun, onSta
       if (typeof data.seq === "number") lastSeq = Math.max(lastSeq ?? -1, data.seq);
       window.policylabLastSeq = lastSeq;
     };
-    socket.onclose = () => {
+    socket.onclose = (event) => {
+      if (event.code === ACCESS_REMOVED) {  // the server closed it: this page's access to the run has ended
+        onState?.("access to this run has ended");
+        return;
+      }
       onState?.(`reconnecting in ${Math.round(retry / 100) / 10} s`);
       setTimeout(open, retry);
       retry = Math.min(retry * 2, 10000);

@@ -12,7 +12,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from policylab.experiments.services import RunStateError, ValidationFailed
+from policylab.experiments.services import QuotaExceeded, RunStateError, ValidationFailed
 
 
 def error_body(message: str, field: str = "") -> dict[str, Any]:
@@ -50,6 +50,8 @@ def validation_failed_response(exc: ValidationFailed) -> Response:
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, QuotaExceeded):  # the team's live runs fill its quota: try again once one ends
+        return Response({"errors": issue_dicts(exc.errors), "warnings": []}, status=status.HTTP_429_TOO_MANY_REQUESTS)
     if isinstance(exc, ValidationFailed):
         return validation_failed_response(exc)
     if isinstance(exc, RunStateError):

@@ -2,14 +2,17 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
 from policylab.api import views
+from policylab.api.permissions import SchemaReaders
 
 app_name = "api"
 
 urlpatterns = [
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[SchemaReaders]), name="schema"),
     # the split view serves its start-up script as a file: the CSP allows no inline scripts
-    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
-    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema", permission_classes=[SchemaReaders]),
+         name="docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema", permission_classes=[SchemaReaders]),
+         name="redoc"),
     path("projects/", views.ProjectList.as_view(), name="project-list"),
     path("experiments/", views.ExperimentList.as_view(), name="experiment-list"),
     path("experiments/<int:pk>/", views.ExperimentDetail.as_view(), name="experiment-detail"),

@@ -23,6 +23,9 @@ BAD_REQUEST = OpenApiResponse(s.ErrorSerializer, description="Invalid input; not
 NOT_FOUND = OpenApiResponse(s.ErrorSerializer, description="No such object in your teams")
 FORBIDDEN = OpenApiResponse(s.ErrorSerializer, description="Your role in the team is read-only")
 CONFLICT = OpenApiResponse(s.ErrorSerializer, description="The run's state does not allow this")
+OVER_QUOTA = OpenApiResponse(
+    s.ErrorSerializer, description="The team already has as many live runs as this deployment allows"
+)
 
 
 ID_SCHEMA = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
@@ -130,8 +133,10 @@ class ExperimentRuns(generics.ListAPIView):
 
     @extend_schema(
         request=s.LaunchSerializer,
-        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND},
-        description="Launch a new run of the experiment (optionally with dotlist overrides).",
+        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND, 429: OVER_QUOTA},
+        description="Launch a new run of the experiment (optionally with dotlist overrides). 400 names a field "
+        "over one of the deployment's quotas (steps per run, samples per step); 429 when the team's live runs "
+        "fill its quota of concurrent runs.",
     )
     def post(self, request, pk: int):
         experiment = self.get_experiment()
@@ -209,7 +214,8 @@ class RunCancel(RunAction):
 class RunResume(RunAction):
     @extend_schema(
         request=s.ResumeSerializer,
-        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT},
+        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND, 409: CONFLICT,
+                   429: OVER_QUOTA},
         description="Resume from the latest resumable checkpoint (same run, new attempt) or an earlier one (new "
         "child run). 400 names a checkpoint that retention pruned or that is gone from disk; 409 while the "
         "run is live or cancelling, or when it already finished all its steps.",
@@ -225,7 +231,7 @@ class RunResume(RunAction):
 class RunFork(RunAction):
     @extend_schema(
         request=s.ForkSerializer,
-        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND},
+        responses={201: s.RunSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND, 429: OVER_QUOTA},
         description="A new experiment (this run's config plus overrides) and a run starting from the checkpoint.",
     )
     def post(self, request, pk: int):

@@ -14,6 +14,11 @@ from policylab.accounts.models import Team
 from policylab.experiments import statuses
 
 
+def run_dir_of(run_id: int) -> Path:
+    """The run's own folder (everything it writes lives there), known from its id alone."""
+    return Path(settings.POLICYLAB_RUNS_DIR) / f"run-{run_id}"
+
+
 class Project(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="projects")
     name = models.CharField(max_length=200)
@@ -128,7 +133,7 @@ class Run(models.Model):
 
     @property
     def run_dir(self) -> Path:
-        return Path(settings.POLICYLAB_RUNS_DIR) / f"run-{self.pk}"
+        return run_dir_of(self.pk)
 
     @property
     def trainer_run_id(self) -> str:

@@ -15,11 +15,15 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, Q
 
-from policylab.experiments.models import Run
+from policylab.experiments.models import Run, run_dir_of
+from policylab.redaction import shown_text
 
 
 def write_run_state(run_id: int, *, only_if: Q | None = None, **changes: Any) -> bool:
-    """Update the run's live fields (one UPDATE) when `only_if` holds; True when a row changed."""
+    """Update the run's live fields (one UPDATE) when `only_if` holds; True when a row changed. The message
+    is stored as every member sees it: URL credentials redacted, server paths relative (policylab.redaction)."""
+    if isinstance(changes.get("message"), str):
+        changes["message"] = shown_text(changes["message"], run_dir_of(run_id))
     rows = Run.objects.filter(pk=run_id)
     if only_if is not None:
         rows = rows.filter(only_if)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from policylab.accounts.models import Team
 from policylab.accounts.scoping import require_admin, require_write
 from policylab.experiments import statuses
 from policylab.experiments.models import Experiment, Project, Run
+from policylab.experiments.quotas import Quotas, concurrency_refusal, config_quota_issues
 from policylab.experiments.run_state import write_run_state
+from policylab.redaction import hide_server_paths
 from policylab.tracking.compare import effective_config
 from trainer.config import (
     ConfigError,
@@ -52,6 +55,14 @@ class RunStateError(Exception):
     """The run is in a state that does not allow the requested operation (API answers 409)."""
 
 
+class QuotaExceeded(ValidationFailed):
+    """The team already has as many live runs as this deployment allows (API answers 429)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__([issue("", message)])
+        self.args = (message,)
+
+
 def canonical_hash(config: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON text of `config` (sorted keys, no whitespace)."""
     text = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -63,9 +74,11 @@ def issue(path: str, message: str) -> ConfigIssue:
 
 
 def path_policy(run_dir: Path | None = None) -> PathPolicy:
-    """The files runs may touch in this deployment (settings.POLICYLAB_READ_ROOTS and the run dir)."""
+    """What runs may touch in this deployment: files under settings.POLICYLAB_READ_ROOTS and the run dir,
+    URLs under POLICYLAB_URL_PREFIXES, and the system_envs POLICYLAB_SYSTEM_ENVS_ALLOW adds."""
     return PathPolicy(
-        tuple(settings.POLICYLAB_READ_ROOTS), settings.POLICYLAB_TRAINER_WORKDIR, str(run_dir) if run_dir else None
+        tuple(settings.POLICYLAB_READ_ROOTS), settings.POLICYLAB_TRAINER_WORKDIR, str(run_dir) if run_dir else None,
+        tuple(settings.POLICYLAB_URL_PREFIXES), tuple(settings.POLICYLAB_SYSTEM_ENVS_ALLOW),
     )
 
 
@@ -73,10 +86,15 @@ def validate_on_platform(
     source: str | Mapping[str, Any], overrides: Sequence[str] = (), source_format: str = "auto"
 ) -> ValidationResult:
     """validate_config (YAML text or a mapping, never a file; `${oc.env:…}` kept as written), plus
-    the platform's own rule: every path a run would read or write is confined by path_policy()."""
+    the platform's own rules: every path a run would read or write is confined by path_policy(), and
+    its steps and samples per step stay within the deployment's quotas."""
     result = validate_config(source, overrides=list(overrides), source_format=source_format)
     if result.config is not None:
         result.errors += check_confinement(result.config, path_policy())
+        result.errors += config_quota_issues(result.config, Quotas.from_settings())
+    # the deployment's folders as users write them (relative to the trainer's working directory)
+    result.errors = [replace(i, message=hide_server_paths(i.message)) for i in result.errors]
+    result.warnings = [replace(i, message=hide_server_paths(i.message)) for i in result.warnings]
     return result
 
 
@@ -179,14 +197,28 @@ def jobs_services():
 
 
 def launch_run(experiment: Experiment, user, overrides: Sequence[str] | Mapping[str, Any] | None = None) -> Run:
-    """Create a queued Run of `experiment` and hand it to the jobs app for supervision."""
-    require_write(user, experiment.project.team)
+    """Create a queued Run of `experiment` and hand it to the jobs app for supervision. The config is
+    checked again: the deployment's confinement and quotas may have changed since it was saved."""
+    team = experiment.project.team
+    require_write(user, team)
     dotlist = normalise_overrides(overrides)
-    if dotlist:
-        check_config(experiment.config, dotlist)
-    run = Run.objects.create(experiment=experiment, created_by=user, overrides=dotlist)
-    jobs_services().launch_run(run)  # enqueues supervision once the transaction commits
+    check_config(experiment.config, dotlist)
+    with transaction.atomic():
+        take_run_slot(team)
+        run = Run.objects.create(experiment=experiment, created_by=user, overrides=dotlist)
+        jobs_services().launch_run(run)  # enqueues supervision once the transaction commits
     return run
+
+
+def take_run_slot(team: Team) -> None:
+    """Raise QuotaExceeded when `team` already has as many live runs as the deployment allows. Call it in
+    the transaction that creates or requeues the run: the team's row stays locked until that commits, so
+    two submissions never both take the last slot."""
+    Team.objects.select_for_update().only("pk").get(pk=team.pk)
+    live = Run.objects.filter(experiment__project__team=team, status__in=statuses.ACTIVE).count()
+    refusal = concurrency_refusal(team.name, live, Quotas.from_settings())
+    if refusal:
+        raise QuotaExceeded(refusal)
 
 
 @dataclass(frozen=True)
@@ -274,6 +306,7 @@ def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
     if refusal:
         raise RunStateError(refusal)
     with transaction.atomic():
+        take_run_slot(run.experiment.project.team)
         if target.pk == latest.pk:
             resumed = run
             continued = write_run_state(
@@ -322,6 +355,7 @@ def fork_run(
             tags=list(experiment.tags),
             overrides=[*run.overrides, *dotlist],
         )
+        take_run_slot(experiment.project.team)
         child = Run.objects.create(
             experiment=child_experiment,
             created_by=user,

@@ -199,9 +199,9 @@ def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
     overrides = [line.strip() for line in request.POST.get("overrides", "").splitlines() if line.strip()]
     try:
         run = services.launch_run(experiment, request.user, overrides)
-    except services.ValidationFailed as exc:
+    except services.ValidationFailed as exc:  # an invalid override, or a quota of the deployment
         for issue in exc.errors:
-            messages.error(request, f"{issue.path}: {issue.message}")
+            messages.error(request, f"{issue.path}: {issue.message}" if issue.path else issue.message)
         return redirect("experiments:experiment_detail", pk=experiment.pk)
     return redirect(run_page_url(run))
 

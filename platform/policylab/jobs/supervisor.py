@@ -56,10 +56,17 @@ from policylab.jobs.transitions import (
     submission_id,
     trainer_entrypoint,
 )
+from policylab.redaction import redact_credentials
 from policylab.tracking.ingest import publish_log_lines, storable
 from policylab.tracking.models import LogLine
 from trainer.config import ConfigError, load_raw, validate_config
-from trainer.config.confinement import READ_ROOTS_VAR, check_confinement, rebase_paths
+from trainer.config.confinement import (
+    READ_ROOTS_VAR,
+    SYSTEM_ENVS_ALLOW_VAR,
+    URL_PREFIXES_VAR,
+    check_confinement,
+    rebase_paths,
+)
 from trainer.config.loading import ENV_ALLOW_VAR
 from trainer.telemetry.redis_stream import stream_key
 
@@ -144,6 +151,8 @@ def runtime_env() -> dict[str, Any]:
         "TOKENIZERS_PARALLELISM": "false",
         # the trainer checks the config's paths again once `${oc.env:…}` is substituted
         READ_ROOTS_VAR: os.pathsep.join(settings.POLICYLAB_READ_ROOTS),
+        URL_PREFIXES_VAR: ",".join(settings.POLICYLAB_URL_PREFIXES),
+        SYSTEM_ENVS_ALLOW_VAR: ",".join(settings.POLICYLAB_SYSTEM_ENVS_ALLOW),
         ENV_ALLOW_VAR: settings.POLICYLAB_CONFIG_ENV_ALLOW,
     }
     if settings.POLICYLAB_TRAINER_PYTHONPATH:
@@ -336,7 +345,7 @@ def store_driver_lines(run: Run, attempt: RunAttempt, first: int, lines: list[st
     LogLine.objects.bulk_create(
         [
             LogLine(run=run, attempt=attempt.number, seq=-attempt.number, line_no=launch.log_lines + i,
-                    level=DRIVER_LOG_LEVEL, text=storable(line), time=now)
+                    level=DRIVER_LOG_LEVEL, text=storable(redact_credentials(line)), time=now)
             for i, line in enumerate(new)
         ],
         ignore_conflicts=True,

@@ -8,7 +8,7 @@ import io
 import json
 from typing import Any
 
-from django.db import DataError
+from django.conf import settings
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -23,6 +23,7 @@ from rest_framework.views import APIView
 from policylab.api.serializers import ErrorSerializer
 from policylab.experiments.models import Run, RunStatus
 from policylab.ids import MAX_ID
+from policylab.query_budget import QueryStopped, client_gone, query_budget
 from policylab.tracking import selectors, services
 from policylab.tracking.models import Checkpoint
 
@@ -57,6 +58,7 @@ class MetricsOut(serializers.Serializer):
 
 
 ERRORS = {400: ErrorSerializer, 404: ErrorSerializer}
+MAX_SEARCH_CHARS = 200
 
 
 class RunMetrics(APIView):
@@ -92,7 +94,9 @@ class RolloutQuery(serializers.Serializer):
     len_min = serializers.IntegerField(required=False, help_text="response length (tokens) at least")
     len_max = serializers.IntegerField(required=False)
     stop_reason = serializers.CharField(required=False, help_text="a response's stop reason, or a trajectory's done reason")
-    q = serializers.CharField(required=False, help_text="regular expression searched in prompt and response")
+    q = serializers.CharField(required=False, max_length=MAX_SEARCH_CHARS,
+                              help_text="text searched in prompt and response, ignoring case (plain text: `.*` is "
+                              "two characters, not a pattern)")
     env_tag = serializers.CharField(required=False, help_text="agentic runs: the environment's tag")
     success = serializers.BooleanField(required=False, allow_null=True, default=None,
                                        help_text="agentic runs: whether the episode succeeded")
@@ -102,12 +106,6 @@ class RolloutQuery(serializers.Serializer):
                                       help_text="only the newest step that has samples (step_min and step_max ignored)")
     sort = serializers.ChoiceField(choices=selectors.SORT_CHOICES, required=False, default="step",
                                    help_text="step (default), reward, advantage, length or turns; -name descending")
-
-    def validate_q(self, value: str) -> str:
-        try:
-            return selectors.check_pattern(value)
-        except selectors.BadPattern as exc:
-            raise serializers.ValidationError(str(exc)) from exc
 
 
 class RolloutPages(PageNumberPagination):
@@ -169,10 +167,13 @@ class RunRollouts(APIView):
         query.is_valid(raise_exception=True)
         rows = selectors.rollouts_matching(run, selectors.RolloutFilters(**query.validated_data))
         pages = RolloutPages()
-        try:
-            page = pages.paginate_queryset(rows, request, view=self)
-        except DataError as exc:  # PostgreSQL's regex dialect rejects some patterns Python accepts
-            raise ValidationError({"q": [f"the database rejected the pattern: {exc}"]}) from exc
+        budget = settings.POLICYLAB_ROLLOUT_SEARCH_BUDGET_S
+        try:  # bounded in time, and stopped when the client goes away (policylab.query_budget)
+            with query_budget(budget, client_gone(request)):
+                page = pages.paginate_queryset(rows, request, view=self)
+        except QueryStopped as exc:
+            message = f"the search took longer than {budget:g} s; narrow it (steps, reward, a longer text)"
+            raise ValidationError({"q": [message]} if query.validated_data.get("q") else [message]) from exc
         response = pages.get_paginated_response([selectors.rollout_dict(s) for s in page])
         response.data["steps"] = selectors.rollout_steps(run)
         response.data["stop_reasons"] = reasons = selectors.stop_reasons(run)

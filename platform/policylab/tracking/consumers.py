@@ -1,21 +1,27 @@
 """The websocket of a run page (or a script with an API token): a snapshot (or a replay after `?after_seq=N`),
-then live events and `run` frames carrying the run's state each time it changes."""
+then live events and `run` frames carrying the run's state each time it changes, for as long as the
+connection may still see the run (tracking.access: closed with 4403 once it may not)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from policylab.ids import parse_id
+from policylab.tracking.access import CLOSE_ACCESS_REMOVED, access_group, may_watch
 from policylab.tracking.ingest import chunk_events, group_name
 from policylab.tracking.selectors import events_after, run_for_user, run_snapshot
 
 CLOSE_NOT_FOUND = 4404
 CLOSE_UNAUTHENTICATED = 4401  # no session and no valid API token (accounts.websocket)
 FRAME_BYTES = 300_000  # rough JSON size of one series frame
+log = logging.getLogger(__name__)
 
 
 def parse_after_seq(text: str | None) -> int | None:
@@ -71,12 +77,15 @@ def split_snapshot(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
-    """Joins the group before reading the database, so nothing committed in between is missed;
-    live events at or below the snapshot's seq were already in it and are dropped (no duplicate)."""
+    """Joins the groups before reading the database, so nothing committed in between is missed (an event,
+    an access change); live events at or below the snapshot's seq were already in it and are dropped (no
+    duplicate). While open, it re-checks access on every `access.changed` and on a timer."""
 
     async def connect(self) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.sent_seq = None
+        self.closing = False
+        self.watcher: asyncio.Task | None = None
         query = parse_qs(self.scope.get("query_string", b"").decode())
         after_seq = parse_after_seq(query.get("after_seq", [None])[0])
         lazy = query.get("series", [""])[0] == "lazy"
@@ -85,20 +94,51 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.group = group_name(self.run_id)
+        self.access_group = access_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_add(self.access_group, self.channel_name)
         messages = await database_sync_to_async(initial_messages)(user, self.run_id, after_seq, lazy)
         if messages is None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.leave_groups()
             await self.close(code=CLOSE_NOT_FOUND)
             return
         await self.accept()
         for message in messages:
             await self.send_json(message)
         self.sent_seq = messages[-1]["seq"]
+        self.watcher = asyncio.create_task(self.recheck_every(settings.POLICYLAB_WS_ACCESS_RECHECK_S))
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.watcher is not None:
+            self.watcher.cancel()
+        await self.leave_groups()
+
+    async def leave_groups(self) -> None:
+        for group in (getattr(self, "group", None), getattr(self, "access_group", None)):
+            if group:
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def recheck_every(self, period: float) -> None:
+        while not self.closing:
+            await asyncio.sleep(period)
+            await self.recheck()
+
+    async def recheck(self) -> None:
+        """Close with 4403 once the connection may no longer see the run (tracking.access)."""
+        if self.closing:
+            return
+        try:
+            allowed = await database_sync_to_async(may_watch)(self.scope, self.run_id)
+        except Exception:  # the database is unreachable: keep the socket, ask again on the next tick
+            log.warning("run %s: re-checking a socket's access failed", self.run_id, exc_info=True)
+            return
+        if not allowed and not self.closing:
+            self.closing = True
+            await self.close(code=CLOSE_ACCESS_REMOVED)
+
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        """A token of the user was revoked, a membership removed, the user deactivated or signed out."""
+        await self.recheck()
 
     async def receive_json(self, content: Any, **kwargs) -> None:
         """The page only listens; pings keep proxies from closing an idle socket."""
@@ -106,7 +146,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "pong"})
 
     async def run_events(self, message: dict[str, Any]) -> None:
-        if self.sent_seq is None:
+        if self.sent_seq is None or self.closing:
             return
         fresh = [e for e in message["events"] if e["seq"] > self.sent_seq]
         if fresh:
@@ -115,10 +155,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def run_logs(self, message: dict[str, Any]) -> None:
         """Log lines stored outside trainer events (the Ray driver's output; ingest.publish_log_lines): they
         have no place in the seq order, so the page keys them by (seq, line_no) and drops what it has."""
-        if self.sent_seq is not None:
+        if self.sent_seq is not None and not self.closing:
             await self.send_json({"type": "logs", "lines": message["lines"]})
 
     async def run_state(self, message: dict[str, Any]) -> None:
         """The run's state after a change (experiments.run_state); the client keeps the highest version."""
-        if self.sent_seq is not None:
+        if self.sent_seq is not None and not self.closing:
             await self.send_json({"type": "run", "run": message["run"]})

@@ -21,13 +21,14 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from policylab.experiments import statuses
-from policylab.experiments.models import Run
+from policylab.experiments.models import Run, run_dir_of
 from policylab.experiments.run_state import write_run_state
+from policylab.redaction import path_in_run, redact_credentials
 from policylab.tracking.compare import effective_config
 from policylab.tracking.models import (
     Checkpoint,
@@ -39,6 +40,7 @@ from policylab.tracking.models import (
     SystemPoint,
 )
 from policylab.tracking.selectors import checkpoint_dict, log_colours, log_dict, run_state, stop_reason_words
+from trainer.config.bounds import INT64_MAX
 from trainer.telemetry.events import EventError, parse_event
 
 log = logging.getLogger(__name__)
@@ -121,7 +123,8 @@ class RunBatch:
                 lines = lines.splitlines()
             level = str(data.get("level", "info"))[:16]
             self.logs.extend(
-                LogLine(line_no=i, level=level, text=storable(text), time=time, **common) for i, text in enumerate(lines)
+                LogLine(line_no=i, level=level, text=storable(redact_credentials(str(text))), time=time, **common)
+                for i, text in enumerate(lines)
             )
         elif kind == "status":
             last = self.status_events[-1] if self.status_events else None
@@ -416,9 +419,10 @@ def publish_run_state(run_id: int) -> None:
         log.exception("run %s: publishing its state failed", run_id)
 
 
-def live_event(event: dict[str, Any]) -> dict[str, Any]:
+def live_event(event: dict[str, Any], run_dir: Path | None = None) -> dict[str, Any]:
     """The event as browsers receive it: rollouts without token arrays or turns and with shortened texts;
-    log lines keep their colour codes (the page renders them) and lose every other terminal escape."""
+    log lines keep their colour codes (the page renders them) and lose every other terminal escape, URL
+    credentials and server paths (shown relative to `run_dir`); a checkpoint's folder relative to `run_dir`."""
     slim = {k: event[k] for k in ("type", "seq", "step", "time", "attempt")}
     data = event["data"]
     if event["type"] == "rollouts":
@@ -437,17 +441,21 @@ def live_event(event: dict[str, Any]) -> dict[str, Any]:
         data = {"values": {k: finite_or_none(v) for k, v in (data.get("values") or {}).items()}}
     elif event["type"] == "log":
         lines = data.get("lines") or []
-        data = {**data, "lines": [log_colours(str(line)) for line in (lines.splitlines() if isinstance(lines, str) else lines)]}
+        data = {**data, "lines": [log_colours(str(line), run_dir)
+                                  for line in (lines.splitlines() if isinstance(lines, str) else lines)]}
+    elif event["type"] == "checkpoint" and run_dir is not None:
+        data = {**data, "path": path_in_run(str(data.get("path", "")), run_dir)}
     slim["data"] = data
     return slim
 
 
 def resolve_run_id(value: str | int) -> int | None:
-    """The platform Run pk of a telemetry `run_id` (Run.trainer_run_id is str(pk)); None if unknown."""
+    """The platform Run pk of a telemetry `run_id` (Run.trainer_run_id is str(pk)); None if unknown (or no
+    primary key could be that large: the lookup itself would fail)."""
     text = str(value)
     if text.startswith("run-"):
         text = text[4:]
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdecimal() and text.isascii() and len(text) <= 19 and int(text) <= INT64_MAX else None
 
 
 def ingest_events(
@@ -480,11 +488,60 @@ def ingest_events(
         run_events.sort(key=lambda e: e["seq"])
         if backfill_gaps:
             run_events = with_backfill(pk, run_events)
-        last_seq = store_events(pk, run_events)
+        run_events, last_seq = store_or_reject(pk, run_events)
         stored[pk] = len(run_events)
         if publish:
             publish_events(pk, run_events, last_seq)
     return stored
+
+
+# The database is away (a restart, a lock): the caller retries the batch later. Any other error is the
+# event's own (a number no column holds, a value of the wrong type, …), and would fail at every retry.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)
+REJECTED_LEVEL = "rejected"
+REJECTED_REASON_CHARS = 500
+
+
+def store_or_reject(run_id: int, events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Store one run's events (sorted by seq); returns those stored and the run's cursor. When the batch
+    cannot be stored, its events are stored one by one, and each that still fails is recorded as rejected
+    on the run (reject_event) instead: a poison event must never stop ingest, for this run or any other."""
+    try:
+        return events, store_events(run_id, events)
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception:
+        log.warning("run %s: a batch of %d events could not be stored; storing them one by one", run_id,
+                    len(events), exc_info=True)
+    stored = []
+    for event in events:
+        try:
+            store_events(run_id, [event])
+            stored.append(event)
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:
+            reject_event(run_id, event, exc)
+    cursor = IngestCursor.objects.filter(run_id=run_id).values_list("last_seq", flat=True).first()
+    return stored, cursor or 0
+
+
+def reject_event(run_id: int, event: Mapping[str, Any], error: Exception) -> None:
+    """Record on the run, as a log line of level `rejected` its page shows, that `event` was not stored
+    and why; move the run's cursor past it (replays and backfills skip it) and tell the run's page."""
+    seq = event["seq"] if 0 < event["seq"] <= INT64_MAX else 0  # 0: no trainer event has it
+    reason = storable(f"{type(error).__name__}: {error}")[:REJECTED_REASON_CHARS]
+    text = f"telemetry: {event['type']} event seq {event['seq']} (step {event['step']}) was not stored: {reason}"
+    log.error("run %s: %s", run_id, text)
+    with transaction.atomic():
+        line = LogLine(run_id=run_id, attempt=event["attempt"] if 0 < event["attempt"] < 2**31 else 0, seq=seq,
+                       line_no=LogLine.objects.filter(run_id=run_id, seq=0).count() if seq == 0 else 0,
+                       level=REJECTED_LEVEL, text=text, time=timezone.now().timestamp())
+        LogLine.objects.bulk_create([line], ignore_conflicts=True)
+        if seq:
+            IngestCursor.objects.get_or_create(run_id=run_id)
+            IngestCursor.objects.filter(run_id=run_id, last_seq__lt=seq).update(last_seq=seq, updated_at=timezone.now())
+    publish_log_lines(run_id, [line])
 
 
 def store_events(run_id: int, events: list[dict[str, Any]]) -> int:
@@ -524,7 +581,7 @@ def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> 
     layer = get_channel_layer()
     if layer is None:
         return
-    live = [live_event(e) for e in events]
+    live = [live_event(e, run_dir_of(run_id)) for e in events]
     checkpoints = [e for e in live if e["type"] == "checkpoint"]
     if checkpoints:  # the page's table mirrors the stored rows: ids for Resume and Fork, pruned ones marked
         rows = Checkpoint.objects.filter(run_id=run_id)

@@ -25,8 +25,9 @@ from django.db.models.functions import Cast, Coalesce, Now
 from django.urls import reverse
 
 from policylab.experiments import statuses
-from policylab.experiments.models import Run
+from policylab.experiments.models import Run, run_dir_of
 from policylab.experiments.selectors import experiments_for, runs_for
+from policylab.redaction import path_in_run, shown_text
 from policylab.tracking.downsampling import downsample_indices
 from policylab.tracking.models import (
     ChartPin,
@@ -193,7 +194,9 @@ def rollout_dict(sample: RolloutSample, *, tokens: bool = True) -> dict[str, Any
 
 
 def checkpoint_dict(ck: Checkpoint) -> dict[str, Any]:
-    return {"id": ck.pk, "step": ck.step, "path": ck.path, "size_bytes": ck.size_bytes, "contents": ck.contents,
+    """A checkpoint as pages and the API list it; its folder relative to the run directory."""
+    path = path_in_run(ck.path, run_dir_of(ck.run_id))
+    return {"id": ck.pk, "step": ck.step, "path": path, "size_bytes": ck.size_bytes, "contents": ck.contents,
             "attempt": ck.attempt, "time": ck.created_at.timestamp(), "deleted": ck.deleted_at is not None,
             "resumable": ck.resumable}
 
@@ -233,21 +236,23 @@ ANSI_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # SGR: colours, bold, reset
 
 
-def log_text(text: str) -> str:
-    """A log line as readers get it: without terminal colour codes."""
-    return ANSI_ESCAPE.sub("", text)
+def log_text(text: str, run_dir: Path | None = None) -> str:
+    """A log line as readers get it: without terminal colour codes, URL credentials redacted and server
+    paths relative to `run_dir` (policylab.redaction)."""
+    return shown_text(ANSI_ESCAPE.sub("", text), run_dir)
 
 
-def log_colours(text: str) -> str:
+def log_colours(text: str, run_dir: Path | None = None) -> str:
     """A log line for the run page, which renders colours: SGR colour codes kept, every other escape
-    (cursor moves, titles) removed."""
-    return ANSI_ESCAPE.sub(lambda m: m.group(0) if ANSI_COLOUR.fullmatch(m.group(0)) else "", text)
+    (cursor moves, titles) removed; redacted as log_text."""
+    return shown_text(ANSI_ESCAPE.sub(lambda m: m.group(0) if ANSI_COLOUR.fullmatch(m.group(0)) else "", text), run_dir)
 
 
 def log_dict(line: LogLine, *, colours: bool = False) -> dict[str, Any]:
     """A stored log line; `colours` keeps its SGR colour codes (the run page), else they are stripped."""
+    run_dir = run_dir_of(line.run_id)
     return {"id": line.pk, "seq": line.seq, "line_no": line.line_no, "attempt": line.attempt, "level": line.level,
-            "text": log_colours(line.text) if colours else log_text(line.text), "time": line.time}
+            "text": log_colours(line.text, run_dir) if colours else log_text(line.text, run_dir), "time": line.time}
 
 
 def log_lines(run: Run, *, after: int | None = None) -> QuerySet[LogLine]:
@@ -321,7 +326,7 @@ def rebuild_events(run: Run, after_seq: int, upto_seq: int) -> list[dict[str, An
     for line in LogLine.objects.filter(**window):
         data = event("log", line.seq, 0, line.time, line.attempt)["data"]
         data["level"] = line.level
-        data.setdefault("lines", []).append(log_text(line.text))
+        data.setdefault("lines", []).append(log_text(line.text, run.run_dir))
     return sorted(events.values(), key=lambda e: e["seq"])
 
 
@@ -354,21 +359,11 @@ class RolloutFilters:
     sort: str = "step"
 
 
-class BadPattern(ValueError):
-    """A rollout search pattern that is not a valid regular expression."""
-
-
-def check_pattern(pattern: str) -> str:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise BadPattern(f"not a valid regular expression: {exc}") from exc
-    return pattern
-
-
 def rollouts_matching(run: Run, filters: RolloutFilters) -> QuerySet[RolloutSample]:
-    """The run's samples that pass every filter; `q` is a regex over prompt or response, run by the
-    database (PostgreSQL's ~ operator; Python's re through Django's REGEXP function on SQLite)."""
+    """The run's samples that pass every filter; `q` is plain text found in the prompt or the response,
+    ignoring case (SQL LIKE with the text escaped: linear in the texts, whatever `q` holds). Never a user's
+    regular expression: backtracking on `.*.*…Z` costs hours (issue 34). Callers bound the query's time
+    (policylab.query_budget)."""
     rows = RolloutSample.objects.filter(run=run)
     step_min, step_max = filters.step_min, filters.step_max
     if filters.latest:
@@ -388,8 +383,7 @@ def rollouts_matching(run: Run, filters: RolloutFilters) -> QuerySet[RolloutSamp
     if filters.env_tag:
         rows = rows.filter(env_tag=filters.env_tag)
     if filters.q:
-        pattern = check_pattern(filters.q)
-        rows = rows.filter(Q(prompt__regex=pattern) | Q(response__regex=pattern))
+        rows = rows.filter(Q(prompt__icontains=filters.q) | Q(response__icontains=filters.q))
     descending = filters.sort.startswith("-")
     fields = ROLLOUT_SORTS[filters.sort.lstrip("-")]
     first = F(fields[0]).desc(nulls_last=True) if descending else F(fields[0]).asc(nulls_last=True)

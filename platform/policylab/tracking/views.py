@@ -51,7 +51,7 @@ def full_log(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run's whole log as plain text (what a failed run's one-line summary links to)."""
     run = scoped_run_or_404(request, run_id)
     texts = selectors.log_lines(run).values_list("text", flat=True).iterator(chunk_size=5000)
-    return HttpResponse("".join(f"{selectors.log_text(text)}\n" for text in texts),
+    return HttpResponse("".join(f"{selectors.log_text(text, run.run_dir)}\n" for text in texts),
                         content_type="text/plain; charset=utf-8")
 
 

@@ -170,6 +170,24 @@ def test_json_attack_is_refused_quickly_and_cheaply(attack, endpoint, api, brows
         assert "nested deeper than 64" in result["body"]
 
 
+def alias_bomb_in(config: str, levels: int = 4) -> str:
+    """`config` with a 9^levels alias bomb where a config may hold anything (tracker_kwargs)."""
+    bomb = "".join(f"  {line}\n" for line in billion_laughs(levels).splitlines())
+    return config.replace("tracker_kwargs:\n", "tracker_kwargs:\n" + bomb, 1)
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_a_9x4_alias_bomb_in_a_real_config_is_refused_in_half_a_second(endpoint, api, browser, project, demo_yaml):
+    """Issue 34: 2.4 kB that expand to 8,200 values (under the node limit) were accepted and cost 6-10 s of CPU."""
+    text = alias_bomb_in(demo_yaml)
+    assert len(text) < 2_600
+    result = in_child(lambda: send_yaml(endpoint, text, api, browser, project))
+    assert_refused(result, endpoint)
+    assert result["seconds"] < 0.5, f"took {result['seconds']:.2f} s"
+    assert "YAML aliases (*name) expand to more than 1,000 values" in result["body"]
+    assert not Experiment.objects.exists()
+
+
 def test_a_refused_attack_leaves_the_endpoint_working(api, project, demo_yaml):
     """The child did the attacking; this process still validates and saves a real config."""
     in_child(lambda: send_yaml("/api/configs/validate/", YAML_ATTACKS["yaml_nesting_26000"], api, Client(), project))

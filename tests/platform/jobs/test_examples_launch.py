@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml")) + sorted((REPO / "examples" / "foreign").glob("*.yaml"))
 # Native (ROLL-layout) examples get a short schedule; foreign files are launched as written.
 SHORT = ["max_steps=2", "eval_steps=0", "save_steps=1000", "track_with=none"]
-KNOWN_BEFORE_LAUNCH = ("is not built in this version", "outside the folders runs may", "only local paths",
-                       "cannot be set from a config", "must be a folder inside the run directory")
+KNOWN_BEFORE_LAUNCH = ("is not built in this version", "outside the folders runs may", "URL; use a",
+                       "cannot be set from a config", "is not an allowed system_envs variable",
+                       "must be a folder inside the run directory")
 
 
 @pytest.fixture(scope="module", autouse=True)

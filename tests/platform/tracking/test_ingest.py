@@ -260,3 +260,33 @@ def test_a_nul_in_a_sample_or_a_log_line_is_stored_not_fatal(make_run) -> None:
     assert (stored.response, stored.tokens) == ("a\ufffdc", ["a", "\ufffd", "c"])
     assert LogLine.objects.get(run=run).text == "got \ufffd"
 
+
+
+def test_an_event_that_cannot_be_stored_is_rejected_and_the_consumer_serves_on(make_run, redis_client, ingestor) -> None:
+    """Issue 34: `max_steps: 2**63` used to validate, and the trainer's first status event (total_steps 2**63)
+    raised OverflowError (SQLite) or DataError (PostgreSQL) out of the consumer's loop: it exited, restarted, read
+    the same pending entry and exited again, and no team's telemetry was stored any more. Now the event is
+    recorded as rejected on its run, acked, and the real loop (`run`) goes on with every other event."""
+    import time
+
+    poisoned, healthy = make_run(), make_run("beta")
+    too_big = {"state": "running", "step": 0, "total_steps": 2**63, "eta_s": None, "message": ""}
+    xadd_all(redis_client, poisoned.pk, [event("status", poisoned.pk, 1, 0, too_big),
+                                         event("metrics", poisoned.pk, 2, 1, {"values": {"reward/mean": 0.5}})])
+    xadd_all(redis_client, healthy.pk, [event("metrics", healthy.pk, 1, 1, {"values": {"reward/mean": 1.0}})])
+    ingestor.rescan_s = 0
+    deadline = time.monotonic() + 30
+
+    def served() -> bool:
+        return MetricPoint.objects.filter(run=healthy).exists() or time.monotonic() > deadline
+
+    ingestor.run(should_stop=served, claim_every_s=0.1)  # the consumer's loop itself: it must not raise
+    assert MetricPoint.objects.get(run=healthy).value == 1.0
+    assert MetricPoint.objects.get(run=poisoned).value == 0.5  # the run's other events are stored
+    rejected = LogLine.objects.get(run=poisoned, level="rejected")
+    assert rejected.seq == 1 and "status event seq 1" in rejected.text and "not stored" in rejected.text
+    poisoned.refresh_from_db()
+    assert poisoned.total_steps is None
+    assert IngestCursor.objects.get(run=poisoned).last_seq == 2
+    for run in (poisoned, healthy):  # acked: nothing is left to claim and read again
+        assert redis_client.xpending(stream_name(run.pk), GROUP)["pending"] == 0

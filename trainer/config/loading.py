@@ -9,7 +9,8 @@ Order of operations, as in Hydra/ROLL:
    `${group}` choices, `override`, `_self_` ordering, `hydra.searchpath`); a config that is not on
    disk comes from the frameworks' built-in configs (trainer.config.importers.builtin), so a single
    pasted file composes; `${oc.select:…}` and `${now:…}` are rewritten to what they select;
-3. apply overrides `a.b=c`, `+a.b=c`, `++a.b=c`, `~a.b` (values parsed as YAML);
+3. apply overrides `a.b=c`, `+a.b=c`, `++a.b=c`, `~a.b` (values parsed as YAML); a key still `???`
+   (Hydra's "set me on the command line") is refused here, one line per key with the override;
 4. `${oc.env:VAR,default}`: substituted from `env` in the trainer; kept as written when `env` is None
    (the web server never reads its own environment into a config);
 5. resolve the other `${...}` interpolation (`${response_length}`, `${subtract:a,b}` …);
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import fnmatch
 import math
 import os
@@ -39,17 +41,12 @@ from pydantic import BaseModel
 
 from trainer.config import bounds
 from trainer.config.device_mapping import DeviceMappingError, parse_device_mapping
+from trainer.config.formats import FOREIGN_TOP_LEVEL_KEYS
 from trainer.config.issues import ConfigError, ConfigIssue
 from trainer.config.presets import DEEPSPEED_PRESETS
 
 MAX_DEFAULTS_DEPTH = 8
 # Top-level sections of verl / SkyRL / RLinf files (their defaults files may hold them).
-FOREIGN_TOP_LEVEL_KEYS = frozenset(
-    {"data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm", "trainer",
-     "generator", "placement", "environment", "cluster", "runner", "rollout", "actor", "reward", "ray_init",
-     "ray_kwargs", "global_profiler", "transfer_queue", "distillation", "model_engine", "inference",
-     "deepspeed_config"}
-)
 _KEY_RE = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
 ENV_ALLOW_VAR = "POLICYLAB_CONFIG_ENV_ALLOW"
 MAX_NUMBER = 1e18  # arithmetic resolvers refuse results past this (no 2**(2**30) from nested multiply)
@@ -469,6 +466,34 @@ def _walk_to_parent(
 
 
 # ---------------------------------------------------------------------------------------------
+# placeholders
+
+MISSING = "???"  # Hydra / OmegaConf: a value the file leaves for the command line
+
+
+def missing_values(tree: Mapping[str, Any]) -> list[ConfigIssue]:
+    """One error per key the file (after composition and overrides) leaves as `???`, named by that key and
+    with the override that sets it; interpolations that read it are not reported (they follow from it)."""
+    from trainer.config.importers import suggested_value  # the importers' rule tables: imported when needed
+
+    issues = []
+    for path, value in _leaves(tree, ""):
+        if value == MISSING:
+            example = suggested_value(path)
+            issues.append(ConfigIssue(path, f"required: ??? is left for you to set; set it, e.g. with the override "
+                                            f"{path}={'<value>' if example is None else example}"))
+    return issues
+
+
+def _leaves(node: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(node, Mapping):
+        return [leaf for key, value in node.items() for leaf in _leaves(value, f"{prefix}{key}.")]
+    if isinstance(node, list):
+        return [leaf for i, value in enumerate(node) for leaf in _leaves(value, f"{prefix}{i}.")]
+    return [(prefix[:-1], node)]
+
+
+# ---------------------------------------------------------------------------------------------
 # resolution
 
 
@@ -528,6 +553,28 @@ def referenced_top_level_keys(tree: Mapping[str, Any]) -> set[str]:
     return {m.group(1) for text in _interpolations(tree) for m in _REFERENCE.finditer(text)} & set(tree)
 
 
+def derived_helper_keys(tree: Mapping[str, Any]) -> set[str]:
+    """Top-level keys whose value is text built from `${…}` and that nothing reads, such as ROLL's
+    `model_name: ${exp_name}-${now:%Y%m%d}`: helper variables of the file, which the framework ignores too."""
+    return {key for key, value in tree.items() if isinstance(value, str) and _ENV_OPEN_ANY.search(value)}
+
+
+HELPER_NOTE = "not used by PolicyLab: not a setting, and its value only combines other values"
+
+
+def _helper_warning(key: str) -> ConfigIssue:
+    from trainer.config.schema import PipelineConfig
+
+    close = difflib.get_close_matches(key, list(PipelineConfig.model_fields), n=1)
+    hint = f"; if a setting was meant, did you mean {close[0]}?" if close else ""
+    return ConfigIssue(key, f"{HELPER_NOTE} (${{…}}), so it is read as a helper variable of the file{hint}", "warning")
+
+
+def helper_variables(issues: Sequence[ConfigIssue]) -> set[str]:
+    """The top-level keys load_raw_with_issues reported as helper variables (validation leaves them out)."""
+    return {i.path for i in issues if i.severity == "warning" and i.message.startswith(HELPER_NOTE)}
+
+
 def _interpolations(node: Any) -> list[str]:
     """Every string that contains `${` (including escaped `\\${`)."""
     if isinstance(node, dict):
@@ -538,6 +585,7 @@ def _interpolations(node: Any) -> list[str]:
 
 
 _ENV_OPEN = re.compile(r"(?<!\\)\$\{oc\.env:")
+_ENV_OPEN_ANY = re.compile(r"(?<!\\)\$\{")  # any unescaped interpolation
 _ENV_CALL = re.compile(r"\$\{oc\.env:\s*([A-Za-z_]\w*)\s*(?:,([^${}]*))?\}")
 
 
@@ -657,8 +705,13 @@ def load_raw_with_issues(
         if name not in merged and name in referenced:
             merged[name] = copy.deepcopy(preset)
             helper_keys.add(name)
+    missing = missing_values(merged)
+    if missing:  # before resolution: an interpolation of a `???` would name the key that reads it instead
+        raise ConfigError(issues + missing)
     merged = rewrite_hydra_resolvers(merged)
     helper_keys |= referenced_top_level_keys(merged)
+    derived = derived_helper_keys(merged) - helper_keys - _kept_top_level_keys()
+    issues += [_helper_warning(key) for key in sorted(derived)]  # kept here; validation leaves them out
     merged, env_issues = apply_env(merged, env)
     env_issues += bounds.check_resolvers(merged)
     if env_issues:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from trainer.config.confinement import GENERATED_SCHEMES, HUB_ID, path_fields
+from trainer.config.engine_limits import check_engine_limits
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import PipelineConfig, VllmConfig, WorkerConfig
 from trainer.config.topology import roles, strategy_name
@@ -128,6 +129,9 @@ def check_paths(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
-def preflight(config: PipelineConfig, backend: str = "ray") -> list[ConfigIssue]:
-    """Every reason `config` cannot run on this machine (empty: it can)."""
-    return [*check_packages(config, backend), *check_devices(config), *check_paths(config)]
+def preflight(config: PipelineConfig, backend: str = "ray", gpus: int | None = None) -> list[ConfigIssue]:
+    """Every reason `config` cannot run on this machine (empty: it can). `gpus`: the CUDA devices to assume
+    (None: count them with torch, as `trainer run` does; the web server, which has no torch, passes its own count)."""
+    count_gpus = cuda_device_count if gpus is None else (lambda: gpus)
+    return [*check_packages(config, backend), *check_devices(config, gpus),
+            *check_engine_limits(config, count_gpus, read_files=gpus is None), *check_paths(config)]

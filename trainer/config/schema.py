@@ -341,6 +341,23 @@ class DataArgs(Section):
         None, category="Data", inactive=import_only("the file format follows the file extension"),
         description="ROLL's dataset loader type per file (e.g. json).",
     )
+    interleave_probs: str | float | list[float] | None = fld(
+        None, category="Data", inactive=import_only("the files of file_name are read one after another; no per-file "
+                                                    "sampling weights"),
+        description="ROLL: probability of sampling each file of file_name (comma-separated).",
+    )
+    enable_thinking: bool | None = fld(
+        None, category="Data", inactive=import_only("the chat template is applied with its own default"),
+        description="ROLL: thinking mode of the chat template (None: the template's default).",
+    )
+    rollout_dataloader_num_workers: int | None = fld(
+        None, category="Data", ge=0, inactive=import_only("prompts are tokenized once, in the driver"),
+        description="ROLL: DataLoader workers of the rollout scheduler.",
+    )
+    rollout_dataloader_batch_size: int | None = fld(
+        None, category="Data", ge=1, inactive=import_only("prompts are tokenized once, in the driver"),
+        description="ROLL: DataLoader batch size of the rollout scheduler.",
+    )
 
 
 class GeneratingArgs(Section):
@@ -465,6 +482,13 @@ class MegatronConfig(Section):
     )
     dist_checkpointing_path: str | None = fld(
         None, category="Strategy", path="read", description="Folder of that distributed checkpoint."
+    )
+    use_flash_attn: bool | None = fld(
+        None, category="Strategy", inactive=import_only("megatron-core picks its attention kernel"),
+        description="ROLL: ask megatron-core for flash attention.",
+    )
+    moe_router_dtype: str | None = fld(
+        None, category="Strategy", inactive=MEGATRON_MOE, description="ROLL: dtype of the MoE router's logits.",
     )
 
 
@@ -593,6 +617,11 @@ class Fsdp2Config(Section):
     wrap_policy: dict[str, Any] | None = fld(
         None, category="Strategy", inactive=import_only("FSDP2 shards each decoder layer; the wrap policy is fixed"),
         description="Which modules are sharded as units (ROLL: transformer_layer_cls_to_wrap).",
+    )
+    use_batched_model_update: bool = fld(
+        False, category="Strategy",
+        inactive=import_only("weights reach the rollout engine in buckets after every update, whatever this says"),
+        description="ROLL: send updated weights to the rollout engine in batches.",
     )
 
     _torch_dtype_names = field_validator("param_dtype", "reduce_dtype", mode="before")(torch_dtype_alias)
@@ -827,6 +856,11 @@ class WorkerConfig(Section):
         False, category="Batch sizes", inactive=planned("sequence packing"),
         description="Concatenate sequences into packed rows without padding (ROLL: Megatron only).",
     )
+    use_remove_padding: bool = fld(
+        False, category="Batch sizes", inactive=import_only("padding-free (remove-padding) batches are not built; "
+                                                            "batches are padded"),
+        description="ROLL: drop padding tokens inside the model (padding-free attention).",
+    )
     sequence_packing_args: dict[str, Any] = fld_factory(
         dict, category="Batch sizes", inactive=planned("sequence packing"),
         description="Packing settings: algorithm (none or load_balance), packed lengths, micro-batch counts.",
@@ -1000,6 +1034,10 @@ class EnvManagerConfig(Section):
         dict, category="Agentic", inactive=import_only("environments run in the driver process"),
         description="Environment variables of ROLL's environment workers.",
     )
+    generating_args: GeneratingArgs | None = fld(
+        None, category="Agentic", inactive=import_only("environments are played with actor_infer.generating_args"),
+        description="ROLL: sampling settings of this env manager's rollouts.",
+    )
 
     @model_validator(mode="after")
     def _roll_main_names(self) -> EnvManagerConfig:
@@ -1051,6 +1089,11 @@ class CustomEnvConfig(Section):
     max_env_step_concurrent: int | None = fld(
         None, category="Agentic", ge=1, inactive=import_only("environments run in the driver"),
         description="ROLL: most concurrent steps of this environment type.",
+    )
+    agent_runner_cls: str | None = fld(
+        None, category="Agentic", inactive=import_only("classes named in a config are never imported; environments "
+                                                       "are played by the trajectory manager"),
+        description="ROLL: the AgentRunner class that plays this environment (proxy env managers).",
     )
 
 

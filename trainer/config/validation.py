@@ -17,10 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from trainer.config.bounds import check_integers
 from trainer.config.confinement import tiny_issues
-from trainer.config.importers import detect_and_translate
+from trainer.config.importers import detect_and_translate_traced
+from trainer.config.importers.engines import name_the_override
 from trainer.config.introspect import key_locations, models_in
 from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
-from trainer.config.loading import load_raw_with_issues
+from trainer.config.loading import helper_variables, load_raw_with_issues
 from trainer.config.presets import owned_key_conflicts
 from trainer.config.registries import (
     BUILT_STRATEGIES,
@@ -106,7 +107,8 @@ def _validate_into(
 ) -> None:
     raw, load_issues = load_raw_with_issues(source, overrides, env=env)
     _add(result, load_issues)
-    native, fmt, import_issues = detect_and_translate(raw, source_format)
+    raw = {key: value for key, value in raw.items() if key not in helper_variables(load_issues)}
+    native, fmt, import_issues, origin = detect_and_translate_traced(raw, source_format)
     result.source_format = fmt
     _add(result, import_issues)
     if result.errors:
@@ -123,7 +125,9 @@ def _validate_into(
     # names: the editor still shows it and the CLI prints its arithmetic; `ok` stays False.
     result.config = config
     result.derived = derive(config)
-    _add(result, check_availability(config))
+    chosen = {f"{role}.strategy_args.strategy_name": strategy_name(role.split(".")[0], worker)
+              for role, worker in roles(config).items()}
+    _add(result, name_the_override(fmt, check_availability(config), origin, chosen))
     errors = {i.path for i in result.errors}
     result.warnings = [w for w in result.warnings if w.path not in errors]  # one message per field
 

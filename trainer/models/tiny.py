@@ -130,6 +130,30 @@ def build_tiny_model(out_dir: str | Path, size: str = "tiny", seed: int = 0) -> 
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=eos_id)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    save_model_files(model, out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def save_model_files(model: Any, out: Path) -> None:
+    """Write what `model.save_pretrained(out)` writes for this small, unwrapped model: config.json,
+    generation_config.json and one model.safetensors without the tied lm_head (a test compares the files).
+
+    Not through save_pretrained: its first act is `unwrap_model`, which, where accelerate is installed
+    (a GPU node, the benchmark peers), asks accelerate, and accelerate imports DeepSpeed to check for its
+    engine wrapper. So `make-tiny-model` imported DeepSpeed and printed its "Setting accelerator to CPU"
+    warning, for a model nothing had wrapped."""
+    from safetensors.torch import save_file
+
+    model.config.dtype = str(model.dtype).split(".")[1]
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(out)
+    model.generation_config.save_pretrained(out)
+    tensors: dict[str, Any] = {}
+    stored: set[int] = set()
+    for name, tensor in model.state_dict().items():  # the input embedding comes before the tied lm_head
+        if tensor.data_ptr() in stored:
+            continue
+        stored.add(tensor.data_ptr())
+        tensors[name] = tensor.contiguous()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})

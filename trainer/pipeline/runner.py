@@ -2,7 +2,8 @@
 
 ``run_training`` never raises for a failed run: it emits ``status: failed`` (with the error) and
 returns exit code 1, so the platform sees a terminal state even when a worker died. A run stopped by
-SIGTERM (Ray's stop_job, which is how the platform cancels) reports ``cancelled`` instead.
+SIGTERM (Ray's stop_job, which is how the platform cancels) reports ``cancelled`` instead, and its
+output ends with the one line "cancelled": no traceback, no "training failed".
 
 Until its first step is done a run reports ``starting`` with the phase as the message: loading the
 tokenizer and data, placing workers (Ray), loading each role's model, the first rollout.
@@ -14,6 +15,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,10 +117,39 @@ def ensure_ray() -> None:
     address = os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, log_to_driver=True)
-        return
-    os.environ.setdefault("RAY_USE_RANDOM_PORTS", "1")  # stay out of 10002-19999 (ENVIRONMENT.md)
-    ray.init(address="local", num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
-             log_to_driver=True, object_store_memory=512 * 1024**2)
+    else:
+        os.environ.setdefault("RAY_USE_RANDOM_PORTS", "1")  # stay out of 10002-19999 (ENVIRONMENT.md)
+        ray.init(address="local", num_cpus=max(8, os.cpu_count() or 1), include_dashboard=False,
+                 log_to_driver=True, object_store_memory=512 * 1024**2)
+    cancel_on_sigterm()  # ray.init put its own handlers in place of ours
+
+
+class Cancelled(SystemExit):
+    """The run was cancelled: SIGTERM, which the platform's cancel (Ray's stop_job) sends. A SystemExit
+    (code 15, as Ray's own handler raises): no `except Exception` on the way swallows it, and Ray's waits,
+    which poll for signals, pass only KeyboardInterrupt and SystemExit through (anything else from a signal
+    handler became "SystemError: CoreWorker.wait returned a result with an exception set")."""
+
+
+def _raise_cancelled(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one cancel: a second SIGTERM while winding down is moot
+    raise Cancelled(signal.SIGTERM)
+
+
+def cancel_on_sigterm() -> Any:
+    """SIGTERM raises Cancelled in the main thread; returns the handler it replaced (None off the main
+    thread, where none can be set). Installed when a run starts, and again after ray.init, which replaces
+    it with a handler of its own (sys.exit(15)) behind Ray's native failure-signal handler: that one printed
+    "*** SIGTERM received" and a native stack, twice, at every cancel. (Without it, a `--workers local` run
+    died of the signal at once, reporting nothing.)"""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_cancelled)
+
+
+def is_cancel(exc: BaseException) -> bool:
+    """A cancel: ours, or the SystemExit(15) of a SIGTERM handled by Ray's handler."""
+    return isinstance(exc, Cancelled) or (isinstance(exc, SystemExit) and exc.code == signal.SIGTERM)
 
 
 def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "ray",
@@ -130,17 +161,30 @@ def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "
     emitter = open_emitter(cfg, identity)
     say = log or (lambda line: print(line, flush=True))
     groups: dict[str, Any] = {}
+    previous_handler = cancel_on_sigterm()
+    try:
+        return _train(cfg, emitter, backend=backend, log=say, groups=groups)
+    finally:  # the caller's SIGTERM handling again (in-process callers: tests, a notebook)
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
+
+
+def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[str], None],
+           groups: dict[str, Any]) -> int:
     try:
         emitter.status("starting", step=0, total_steps=cfg.max_steps, message="loading tokenizer and data")
-        pipeline = prepare_pipeline(cfg, StartupPhases(emitter), backend=backend, log=say, groups=groups)
+        pipeline = prepare_pipeline(cfg, StartupPhases(emitter), backend=backend, log=log, groups=groups)
         pipeline.run()
     except BaseException as exc:  # a worker crash, a bad value found late, Ctrl-C: always a terminal state
+        if is_cancel(exc):  # the user asked for it: no traceback, no "training failed"
+            emitter.status("cancelled", step=emitter.step, total_steps=cfg.max_steps, message="stopped by SIGTERM")
+            emitter.close()
+            _shutdown(groups)
+            print("cancelled", file=sys.stderr, flush=True)
+            return EXIT_FAILED
         message = f"{type(exc).__name__}: {exc}"
         emitter.log("error", traceback.format_exc())
-        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM:  # Ray's handler: sys.exit(signum)
-            emitter.status("cancelled", step=emitter.step, total_steps=cfg.max_steps, message="stopped by SIGTERM")
-        else:
-            emitter.status("failed", step=emitter.step, total_steps=cfg.max_steps, message=message)
+        emitter.status("failed", step=emitter.step, total_steps=cfg.max_steps, message=message)
         print(f"training failed: {message}", file=sys.stderr, flush=True)
         emitter.close()
         _shutdown(groups)

@@ -97,7 +97,14 @@ function showIssues(payload) {
   const list = (items) => items.map((i) => `<li><code>${escapeHtml(i.field)}</code> ${escapeHtml(i.message)}</li>`).join("");
   document.getElementById("all-errors").innerHTML = list(payload.errors);
   document.getElementById("all-warnings").innerHTML = list(payload.warnings);
-  document.getElementById("check-state").textContent = payload.ok ? "valid" : `${payload.errors.length} error(s)`;
+  // The launch's preflight (packages, CUDA devices, model and data paths), as warnings: the web server ran it.
+  const findings = payload.preflight || [];
+  document.getElementById("preflight").hidden = !findings.length;
+  document.getElementById("preflight-count").textContent = `${findings.length} finding${findings.length === 1 ? "" : "s"}`;
+  document.getElementById("preflight-where").textContent = payload.preflight_where ? `Would stop the launch: ${payload.preflight_where}.` : "";
+  document.getElementById("preflight-findings").innerHTML = list(findings);
+  const machine = findings.length ? `, but ${findings.length} machine-check finding${findings.length === 1 ? "" : "s"}` : "";
+  document.getElementById("check-state").textContent = payload.ok ? `valid${machine}` : `${payload.errors.length} error(s)`;
   document.getElementById("source-format-detected").textContent = payload.source_format;
   const derived = Object.entries(payload.derived || {})
     .map(([key, value]) => `<dt>${escapeHtml(key)}</dt><dd>${escapeHtml(typeof value === "object" ? JSON.stringify(value) : String(value))}</dd>`)

@@ -5,8 +5,9 @@
 // first and the trainer's `async/` keys in a panel of their own (several keys to a chart, as the server's
 // tracking/panels.py says). Charts are drawn lazily: a chart's series is asked of the downsampling API when
 // the chart first scrolls into view, and live points only redraw charts that are on screen. Controls:
-// metric search, EMA smoothing, x axis (step, wall time, time since the run's start), log-scale y; each
-// chart can be pinned and downloaded as CSV (exactly the traces it shows).
+// metric search, EMA smoothing, x axis (step, wall time, time since the run's start), log-scale y, all four
+// in the page's URL so that a chart view can be shared; each chart can be pinned and downloaded as CSV
+// (exactly the traces it shows).
 
 import { PLOTLY_CONFIG } from "./plotly_config.js";
 
@@ -449,27 +450,72 @@ export class ChartBoard {
   }
 }
 
-// Wire the chart controls of a page to one or more boards (the run page also has system charts).
+// The chart controls' state as URL parameters (a default value is left out), e.g.
+// `?search=kl&smoothing=0.6&log_y=1&x=relative`; other parameters of the page (compare's `runs`) stay.
+function chartParams({ slider, axis, logY, search }) {
+  return {
+    search: search?.value.trim() ?? "",
+    smoothing: slider && Number(slider.value) ? slider.value : "",
+    log_y: logY?.checked ? "1" : "",
+    x: axis && axis.value !== "step" ? axis.value : "",
+  };
+}
+
+function remember(controls) {
+  const params = new URLSearchParams(window.location.search);
+  for (const [name, value] of Object.entries(chartParams(controls))) {
+    if (value) params.set(name, value);
+    else params.delete(name);
+  }
+  const query = params.toString().replace(/%2C/g, ","); // `runs=1,2` stays readable
+  window.history.replaceState(window.history.state, "", `${window.location.pathname}${query ? `?${query}` : ""}${window.location.hash}`);
+}
+
+function restore({ slider, label, axis, logY, search }) {
+  const params = new URLSearchParams(window.location.search);
+  if (search && params.has("search")) search.value = params.get("search");
+  if (slider && params.has("smoothing")) slider.value = params.get("smoothing"); // the range clamps it
+  if (label && slider) label.textContent = slider.value;
+  if (logY) logY.checked = params.get("log_y") === "1";
+  if (axis && [...axis.options].some((o) => o.value === params.get("x"))) axis.value = params.get("x");
+}
+
+// Wire the chart controls of a page to one or more boards (the run page also has system charts); their state
+// comes from the page's URL and goes back to it on every change.
 export function bindControls(boards, onCount = null) {
-  const slider = document.getElementById("smoothing");
-  const label = document.getElementById("smoothing-value");
-  const axis = document.getElementById("x-axis");
-  const logY = document.getElementById("log-y");
-  const search = document.getElementById("metric-search");
+  const controls = {
+    slider: document.getElementById("smoothing"),
+    label: document.getElementById("smoothing-value"),
+    axis: document.getElementById("x-axis"),
+    logY: document.getElementById("log-y"),
+    search: document.getElementById("metric-search"),
+  };
+  const { slider, label, axis, logY, search } = controls;
   const count = () => onCount?.(boards[0].shownCount());
+  restore(controls);
+  for (const board of boards) {
+    board.smoothing = Number(slider?.value || 0);
+    board.logY = Boolean(logY?.checked);
+    if (axis && !board.fixedAxis) board.axis = axis.value;
+  }
+  if (search) boards[0].setFilter(search.value);
   slider?.addEventListener("input", () => {
     label.textContent = slider.value;
     for (const board of boards) { board.smoothing = Number(slider.value); board.touchAll(); }
+    remember(controls);
   });
   axis?.addEventListener("change", () => {
     for (const board of boards.filter((b) => !b.fixedAxis)) { board.axis = axis.value; board.touchAll(); }
+    remember(controls);
   });
   logY?.addEventListener("change", () => {
     for (const board of boards) { board.logY = logY.checked; board.touchAll(); }
+    remember(controls);
   });
   search?.addEventListener("input", () => {
     boards[0].setFilter(search.value);
     count();
+    remember(controls);
   });
   count();
   return count;

@@ -21,11 +21,16 @@ const board = new ChartBoard(root, {
 const updateCount = bindControls([board], ({ shown, total }) => {
   document.getElementById("chart-count").textContent = total ? `${shown} of ${total} charts` : "";
 });
-const liveState = new Map();
+const connection = new Map(); // run id -> its websocket's state ("live" once connected)
+const finished = new Map(); // run id -> whether the run's status is final (the server's `finished` flag)
 
+// "live" counts runs whose status is live (queued … running, cancelling), not the open websockets: a
+// finished run's socket is open too. A socket that dropped is said apart.
 function showLive() {
-  const live = [...liveState.values()].filter((s) => s === "live").length;
-  document.getElementById("live-runs").textContent = `· ${live} of ${runIds.length} runs live`;
+  const live = runIds.filter((id) => finished.get(id) === false).length;
+  const lost = runIds.filter((id) => connection.has(id) && !["live", "connecting…"].includes(connection.get(id))).length;
+  document.getElementById("live-runs").textContent =
+    `· ${live} of ${runIds.length} runs live${lost ? ` · ${lost} not connected` : ""}`;
 }
 
 const sources = runIds.map((id) => {
@@ -71,17 +76,33 @@ for (const { id, store, source } of sources) {
     },
     onRun: (run) => onRun(id, run),
     onState(state) {
-      liveState.set(id, state);
+      connection.set(id, state);
       showLive();
     },
   });
 }
 
 function onRun(id, run) {
+  if (!run) return;
+  finished.set(id, Boolean(run.finished));
+  showLive();
   const badge = document.querySelector(`[data-run-status="${id}"]`);
-  if (!run || !badge) return;
+  if (!badge) return;
   badge.textContent = run.status;
   badge.className = `status status-${run.status}`;
 }
+
+// Adding or removing a run keeps the chart view: its parameters in the URL (charts.js) go along.
+const chartView = () => [...new URLSearchParams(window.location.search)].filter(([name]) => name !== "runs");
+document.getElementById("add-run")?.addEventListener("formdata", (event) => {
+  for (const [name, value] of chartView()) event.formData.set(name, value);
+});
+document.getElementById("compared").addEventListener("click", (event) => {
+  const link = event.target.closest("a.remove");
+  if (!link) return;
+  const url = new URL(link.href);
+  for (const [name, value] of chartView()) url.searchParams.set(name, value);
+  link.href = url.href;
+});
 
 window.policylab = { board, sources };

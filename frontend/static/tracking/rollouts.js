@@ -1,7 +1,10 @@
 // Rollout inspector: samples filtered and sorted by the server, with the whole view (filters, sort, page,
 // colouring) in the URL, so a view can be shared and survives a reload. A step scrubber walks the steps
-// that have samples. GRPO groups side by side when sorted by step; agentic trajectories as a conversation,
-// turn by turn, with their tokens (those the loss does not train greyed) and rendered frames.
+// that have samples inside the step range applied (`step` in the URL: the one it shows). GRPO groups side by
+// side when sorted by step; agentic trajectories as a conversation, turn by turn, with their tokens (those
+// the loss does not train greyed) and rendered frames. Following the latest step asks again every few
+// seconds until the run is finished; a redraw keeps the samples already shown as they are (sections opened,
+// frames loaded) and the scroll position.
 import { errorText, escapeHtml, getJson, numberHtml } from "./live.js";
 
 const form = document.getElementById("filters");
@@ -11,9 +14,12 @@ const FILTERS = ["step_min", "step_max", "reward_min", "reward_max", "len_min", 
 const PAGE_SIZE = 50;
 const scrubber = document.getElementById("step-scrubber");
 let steps = [];
+let exactStep = null; // the step the scrubber shows, inside the range (null: the whole range, or the latest)
 let lastPage = 1;
 let scrubTimer = null;
 let loading = 0;
+let shownAnswer = ""; // the URL and answer on screen: the same again draws nothing
+let runFinished = false;
 
 // --- the view <-> the URL ------------------------------------------------------------------------------
 
@@ -21,7 +27,9 @@ function viewFromUrl() {
   const params = new URLSearchParams(window.location.search);
   for (const name of FILTERS) form.elements[name].value = params.get(name) ?? (name === "sort" ? "step" : "");
   form.elements.colour.value = params.get("colour") || "logprob";
-  form.elements.latest.checked = params.get("latest") !== "0" && !params.has("step_min") && !params.has("step_max");
+  exactStep = params.has("step") ? Number(params.get("step")) : null;
+  form.elements.latest.checked = params.get("latest") !== "0" && !params.has("step_min") && !params.has("step_max")
+    && exactStep === null;
   return Math.max(1, Number(params.get("page")) || 1);
 }
 
@@ -33,8 +41,17 @@ function viewParams(page) {
   }
   if (form.elements.colour.value !== "logprob") params.set("colour", form.elements.colour.value);
   if (!form.elements.latest.checked) params.set("latest", "0");
+  if (exactStep !== null) params.set("step", String(exactStep));
   if (page > 1) params.set("page", String(page));
   return params;
+}
+
+// The steps with samples inside the step range the URL applies: what the scrubber walks.
+function rangeSteps() {
+  const view = new URLSearchParams(window.location.search);
+  const lo = view.get("step_min") ? Number(view.get("step_min")) : -Infinity;
+  const hi = view.get("step_max") ? Number(view.get("step_max")) : Infinity;
+  return steps.filter((s) => s >= lo && s <= hi);
 }
 
 function currentPage() {
@@ -108,7 +125,7 @@ function sampleHtml(s, mode, withStep) {
       <b class="${s.success ? "ok" : "bad"}">${s.success ? "solved" : "not solved"}</b>`
     : "";
   const where = withStep ? `step ${s.step} · group ${s.group_id} · ` : "";
-  return `<div class="rollout sample${s.turns ? " trajectory" : ""}" data-id="${s.id}" data-reward="${s.reward ?? ""}">
+  return `<div class="rollout sample${s.turns ? " trajectory" : ""}" data-id="${s.id}" data-key="${s.id} ${mode} ${withStep}" data-reward="${s.reward ?? ""}">
     <div class="meta">${where}#${s.sample_index} · reward <b>${numberHtml(s.reward)}</b> · advantage <b>${numberHtml(s.advantage)}</b> ·
       ${s.response_length} tokens · ${stopHtml(s)}${agentic}</div>
     ${s.turns ? trajectoryHtml(s, mode) : tokensHtml(s, mode)}</div>`;
@@ -118,6 +135,7 @@ function render(data, page) {
   const mode = form.elements.colour.value;
   const sort = form.elements.sort.value;
   const box = document.getElementById("groups");
+  let html;
   if (sort === "step" || sort === "-step") {
     const groups = new Map();
     for (const s of data.results) {
@@ -125,7 +143,7 @@ function render(data, page) {
       if (!groups.has(key)) groups.set(key, []);
       groups.get(key).push(s);
     }
-    box.innerHTML = [...groups.values()]
+    html = [...groups.values()]
       .map((samples) => {
         const rewards = samples.map((s) => s.reward).filter((r) => r !== null);
         const mean = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
@@ -136,8 +154,22 @@ function render(data, page) {
       })
       .join("");
   } else {
-    box.innerHTML = `<section class="card flat">${data.results.map((s) => `<div class="prompt">${escapeHtml(s.prompt)}</div>${sampleHtml(s, mode, true)}`).join("")}</section>`;
+    html = `<section class="card flat">${data.results.map((s) => `<div class="prompt">${escapeHtml(s.prompt)}</div>${sampleHtml(s, mode, true)}`).join("")}</section>`;
   }
+  // A sample already on screen, drawn the same way, stays the same node: what the user opened stays open (and
+  // a sample drawn anew, e.g. in other colours, opens what was open).
+  const fresh = document.createElement("template");
+  fresh.innerHTML = html;
+  const shown = new Map([...box.querySelectorAll(".sample")].map((el) => [el.dataset.key, el]));
+  const opened = new Set([...box.querySelectorAll(".sample details[open]")].map((d) => `${d.closest(".sample").dataset.id} ${d.className}`));
+  for (const el of fresh.content.querySelectorAll(".sample")) {
+    const kept = shown.get(el.dataset.key);
+    if (kept) el.replaceWith(kept);
+    else el.querySelectorAll("details").forEach((d) => { d.open = opened.has(`${el.dataset.id} ${d.className}`); });
+  }
+  const { scrollX, scrollY } = window;
+  box.replaceChildren(fresh.content);
+  window.scrollTo(scrollX, scrollY);
   lastPage = Math.max(1, Math.ceil(data.count / PAGE_SIZE));
   document.getElementById("page-label").textContent = `page ${page} of ${lastPage}`;
   summarise(data);
@@ -150,6 +182,7 @@ function summarise(data) {
   const shownStep = data.results[0]?.step;
   let where;
   if (latest) where = shownStep === undefined ? "at the latest step" : `at step ${shownStep}, the latest`;
+  else if (exactStep !== null) where = `at step ${exactStep}${lo || hi ? ` (of steps ${lo || "first"}–${hi || "last"})` : ""}`;
   else if (lo && lo === hi) where = `at step ${lo}`;
   else if (lo || hi) where = `in steps ${lo || "first"}–${hi || "last"}`;
   else where = "in all steps";
@@ -181,20 +214,29 @@ function showChoices(data) {
 
 function showSteps(data) {
   steps = data.steps;
-  scrubber.max = String(Math.max(0, steps.length - 1));
-  scrubber.disabled = steps.length < 2;
-  const lo = form.elements.step_min.value;
-  const hi = form.elements.step_max.value;
-  let index = steps.length - 1;
-  if (lo && lo === hi) index = Math.max(0, steps.findIndex((s) => s >= Number(lo)));
-  scrubber.value = String(Math.max(0, index));
-  const at = steps[Number(scrubber.value)];
-  document.getElementById("step-label").textContent = steps.length
-    ? `step ${at ?? "—"} (${Number(scrubber.value) + 1} of ${steps.length} steps with samples)`
-    : "no samples yet";
+  const inRange = rangeSteps();
+  scrubber.max = String(Math.max(0, inRange.length - 1));
+  scrubber.disabled = inRange.length < 2;
+  const at = exactStep ?? (form.elements.latest.checked ? inRange.at(-1) : null);
+  const index = inRange.indexOf(at);
+  scrubber.value = String(index >= 0 ? index : inRange.length - 1);
+  showStepLabel(index >= 0 ? index : null, inRange);
+}
+
+function showStepLabel(index, inRange) {
+  const view = new URLSearchParams(window.location.search);
+  const range = view.get("step_min") || view.get("step_max")
+    ? ` in steps ${view.get("step_min") || "first"}–${view.get("step_max") || "last"}` : "";
+  const count = `${inRange.length} step${inRange.length === 1 ? "" : "s"} with samples${range}`;
+  let text = `${count}: ◀ ▶ show them one by one`;
+  if (!steps.length) text = "no samples yet";
+  else if (!inRange.length) text = `no samples${range}`;
+  else if (index !== null) text = `step ${inRange[index]} (${index + 1} of ${count})`;
+  document.getElementById("step-label").textContent = text;
 }
 
 function showError(message) {
+  shownAnswer = "";
   document.getElementById("rollout-error").textContent = message;
   document.getElementById("groups").innerHTML = ""; // never leave the previous results under an error
   document.getElementById("rollout-summary").textContent = "";
@@ -208,7 +250,12 @@ async function load() {
   const view = new URLSearchParams(window.location.search);
   const params = new URLSearchParams();
   for (const name of FILTERS) if (view.get(name)) params.set(name, view.get(name));
-  if (view.get("latest") !== "0" && !view.has("step_min") && !view.has("step_max")) params.set("latest", "true");
+  if (view.has("step")) {
+    params.set("step_min", view.get("step"));
+    params.set("step_max", view.get("step"));
+  } else if (view.get("latest") !== "0" && !view.has("step_min") && !view.has("step_max")) {
+    params.set("latest", "true");
+  }
   params.set("page", String(page));
   params.set("page_size", String(PAGE_SIZE));
   const answer = await getJson(`${api}?${params}`);
@@ -217,6 +264,10 @@ async function load() {
     showError(answer.status === 404 && !answer.data.errors ? `page ${page} is past the last one` : errorText(answer));
     return;
   }
+  runFinished = answer.data.run_finished === true;
+  const seen = JSON.stringify([window.location.search, answer.data]);
+  if (seen === shownAnswer) return; // nothing new: the page stays exactly as the user left it
+  shownAnswer = seen;
   document.getElementById("rollout-error").textContent = "";
   showChoices(answer.data);
   showSteps(answer.data);
@@ -227,6 +278,7 @@ async function load() {
 
 form.addEventListener("submit", (event) => {
   event.preventDefault();
+  exactStep = null; // the filters applied anew: the scrubber starts over on the whole range
   go(1);
 });
 form.elements.colour.addEventListener("change", () => go(currentPage(), { replace: true }));
@@ -235,20 +287,22 @@ form.elements.latest.addEventListener("change", () => {
   if (form.elements.latest.checked) {
     form.elements.step_min.value = "";
     form.elements.step_max.value = "";
+    exactStep = null;
   }
   go(1);
 });
 document.getElementById("prev").addEventListener("click", () => { if (currentPage() > 1) go(currentPage() - 1); });
 document.getElementById("next").addEventListener("click", () => { if (currentPage() < lastPage) go(currentPage() + 1); });
 
+// One step of the range applied (the range itself stays in the filters and the URL).
 function scrubTo(index) {
-  const step = steps[Math.max(0, Math.min(steps.length - 1, index))];
-  if (step === undefined) return;
-  scrubber.value = String(steps.indexOf(step));
-  form.elements.step_min.value = String(step);
-  form.elements.step_max.value = String(step);
+  const inRange = rangeSteps();
+  const at = Math.max(0, Math.min(inRange.length - 1, index));
+  if (inRange[at] === undefined) return;
+  exactStep = inRange[at];
+  scrubber.value = String(at);
   form.elements.latest.checked = false;
-  document.getElementById("step-label").textContent = `step ${step} (${steps.indexOf(step) + 1} of ${steps.length} steps with samples)`;
+  showStepLabel(at, inRange);
   clearTimeout(scrubTimer);
   scrubTimer = setTimeout(() => go(1, { replace: true }), 150);
 }
@@ -271,4 +325,5 @@ window.addEventListener("popstate", () => {
 
 viewFromUrl();
 load();
-setInterval(() => { if (form.elements.latest.checked && currentPage() === 1) load(); }, 3000);
+// Following the latest step of a run still going: ask again; a finished run has nothing new to show.
+setInterval(() => { if (!runFinished && form.elements.latest.checked && currentPage() === 1) load(); }, 3000);

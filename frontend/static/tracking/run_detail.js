@@ -78,6 +78,7 @@ function showPhases(run) {
 
 function showState(run) {
   if (!run || typeof run.version !== "number" || run.version < shown.version) return;
+  const statusChanged = shown.status !== undefined && shown.status !== run.status;
   shown = run;
   const state = document.getElementById("run-state");
   state.textContent = run.status;
@@ -93,6 +94,7 @@ function showState(run) {
   if (cancel) cancel.hidden = !run.cancellable;
   showPhases(run);
   renderCheckpoints();
+  if (statusChanged) refreshCheckpoints(); // what each checkpoint offers depends on the run's state
 }
 
 function chartsAppeared() {
@@ -130,15 +132,18 @@ function formatBytes(n) {
 }
 
 function latestResumable() {
-  return [...checkpoints.values()].filter((c) => c.resumable).reduce((a, c) => (a && a.step > c.step ? a : c), null);
+  return [...checkpoints.values()].filter((c) => c.on_disk).reduce((a, c) => (a && a.step > c.step ? a : c), null);
 }
 
+// What a checkpoint offers is the server's verdict (experiments.services.checkpoint_verdicts, also in the API's
+// listing and the CLI): Resume and Fork; Fork only (with a larger max_steps) where resuming would train nothing;
+// Resume greyed out, saying why, while the run is live.
 function checkpointActions(c) {
-  if (!canWrite || !c.id || !c.resumable) return "";
-  const resume = shown.resumable
-    ? `<button type="button" data-resume="${c.id}" data-step="${c.step}">Resume</button>`
-    : `<button type="button" disabled title="only a finished run can be resumed">Resume</button>`;
-  return `${resume} <button type="button" data-fork="${c.id}" data-step="${c.step}">Fork</button>`;
+  if (!canWrite || !c.id || !c.on_disk) return "";
+  const fork = `<button type="button" data-fork="${c.id}" data-step="${c.step}"${c.fork_max_steps ? ` data-max-steps="${c.fork_max_steps}"` : ""}>Fork</button>`;
+  if (c.resumable) return `<button type="button" data-resume="${c.id}" data-step="${c.step}">Resume</button> ${fork}`;
+  if (c.fork_max_steps) return `${fork} <small class="meta checkpoint-note">${escapeHtml(c.reason)}</small>`;
+  return `<button type="button" disabled title="${escapeHtml(c.reason)}">Resume</button> ${fork}`;
 }
 
 function renderCheckpoints() {
@@ -146,9 +151,9 @@ function renderCheckpoints() {
   const rows = [...checkpoints.values()].sort((a, b) => a.step - b.step);
   body.innerHTML = rows
     .map(
-      (c) => `<tr data-step="${c.step}" class="${c.resumable ? "" : "checkpoint-gone"}"><td>${c.step}</td><td>${formatBytes(c.size_bytes)}</td>
+      (c) => `<tr data-step="${c.step}" class="${c.on_disk ? "" : "checkpoint-gone"}"><td>${c.step}</td><td>${formatBytes(c.size_bytes)}</td>
       <td>${escapeHtml((c.contents || []).join(", "))}</td><td>${c.attempt ?? ""}</td>
-      <td class="checkpoint-state">${c.resumable ? "on disk" : c.deleted ? "deleted by retention" : "gone from disk"}</td>
+      <td class="checkpoint-state">${c.on_disk ? "on disk" : c.deleted ? "deleted by retention" : "gone from disk"}</td>
       <td>${checkpointActions(c)}</td></tr>`,
     )
     .join("");
@@ -158,6 +163,11 @@ function setCheckpoints(list) {
   checkpoints.clear();
   for (const c of list) checkpoints.set(c.step, c);
   renderCheckpoints();
+}
+
+async function refreshCheckpoints() {
+  const answer = await getJson(`${root.dataset.checkpointsUrl}?page_size=1000`);
+  if (answer.ok) setCheckpoints(answer.data.results);
 }
 
 function renderRollouts(samples, step) {
@@ -236,23 +246,27 @@ function onEvents(events, run) {
   showState(run);
 }
 
-// A confirmation that says what will happen; resolves true when the user agrees.
-function confirmAction(title, text, yes) {
+// A confirmation that says what will happen; resolves true when the user agrees. `danger`: the agreeing
+// button looks destructive (the CSS class of every destructive button), as for a cancel.
+function confirmAction(title, text, yes, { danger = false } = {}) {
   const dialog = document.getElementById("confirm-dialog");
   document.getElementById("confirm-title").textContent = title;
   document.getElementById("confirm-text").textContent = text;
-  document.getElementById("confirm-yes").textContent = yes;
+  const yesButton = document.getElementById("confirm-yes");
+  yesButton.textContent = yes;
+  yesButton.classList.toggle("danger", danger);
   dialog.returnValue = "";
   dialog.showModal();
   return new Promise((resolve) => dialog.addEventListener("close", () => resolve(dialog.returnValue === "yes"), { once: true }));
 }
 
-async function post(url, body) {
-  const error = document.getElementById("action-error");
-  error.textContent = "";
+// POST an action; a refusal is shown in `errorBox`, next to the control that asked (and scrolled into view).
+async function post(url, body, errorBox = document.getElementById("action-error")) {
+  errorBox.textContent = "";
   const answer = await postJson(url, body);
   if (!answer.ok) {
-    error.textContent = errorText(answer);
+    errorBox.textContent = errorText(answer);
+    errorBox.scrollIntoView({ block: "nearest" });
     return null;
   }
   return answer.data;
@@ -269,7 +283,7 @@ function resumeText(step) {
 
 document.getElementById("cancel-run")?.addEventListener("click", async () => {
   const stop = `Run ${runId} is stopped: its Ray job is ended and it finishes as cancelled, whatever the stopping trainer reports. Checkpoints it saved stay, so it can be resumed later.`;
-  if (!(await confirmAction(`Cancel run ${runId}?`, stop, "Cancel the run"))) return;
+  if (!(await confirmAction(`Cancel run ${runId}?`, stop, "Cancel the run", { danger: true }))) return;
   await post(root.dataset.cancelUrl, {});
 });
 
@@ -279,27 +293,57 @@ document.getElementById("checkpoints").addEventListener("click", async (event) =
   if (resume) {
     const step = Number(resume.dataset.step);
     if (!(await confirmAction(`Resume from step ${step}?`, resumeText(step), "Resume"))) return;
-    const body = await post(root.dataset.resumeUrl, { checkpoint: Number(resume.dataset.resume) });
+    const body = await post(root.dataset.resumeUrl, { checkpoint: Number(resume.dataset.resume) },
+      document.getElementById("checkpoint-error"));
     if (body && body.id !== runId) window.location.href = body.dashboard_url || `/runs/${body.id}/`;
   } else if (fork) {
     const form = document.getElementById("fork-form");
+    const textarea = form.querySelector("textarea");
     form.hidden = false;
     form.querySelector("input[name=checkpoint]").value = fork.dataset.fork;
     form.querySelector("[data-fork-step]").textContent = fork.dataset.step;
-    form.querySelector("textarea").focus();
+    showForkErrors([]);
+    const note = document.getElementById("fork-note");
+    note.hidden = !fork.dataset.maxSteps;
+    if (fork.dataset.maxSteps) { // the run finished all its steps here: a fork trains on only with a larger max_steps
+      note.textContent = `Run ${runId} finished all its steps at step ${fork.dataset.step}: the fork trains on to the max_steps below.`;
+      const lines = textarea.value.split("\n").filter((line) => line.trim() && !/^\s*max_steps\s*=/.test(line));
+      textarea.value = [`max_steps=${fork.dataset.maxSteps}`, ...lines].join("\n");
+    }
+    textarea.focus();
   }
 });
 
+function forkOverrides(form) {
+  return form.querySelector("textarea").value.split("\n").map((line) => line.trim()).filter(Boolean);
+}
+
+function showForkErrors(messages) {
+  const list = document.getElementById("fork-errors");
+  list.innerHTML = messages.map((m) => `<li>${escapeHtml(m)}</li>`).join("");
+  list.hidden = !messages.length;
+  if (messages.length) list.scrollIntoView({ block: "nearest" });
+}
+
+// Fork through the API, so that a refusal (an invalid override, a max_steps that trains nothing, a quota) is
+// shown in the fork form, beside the overrides that caused it, instead of at the top of the page.
 document.getElementById("fork-form").addEventListener("submit", async (event) => {
-  const form = event.target;
-  if (form.dataset.confirmed === "1") return;
   event.preventDefault();
-  const step = form.querySelector("[data-fork-step]").textContent;
-  const overrides = form.querySelector("textarea").value.split("\n").filter((line) => line.trim()).length;
-  const text = `A new experiment (run ${runId}'s config with ${overrides} override${overrides === 1 ? "" : "s"}) and a new run in it start from the checkpoint at step ${step}; run ${runId} stays as it is.`;
+  const form = event.target;
+  const step = Number(form.querySelector("[data-fork-step]").textContent);
+  const overrides = forkOverrides(form);
+  const maxSteps = overrides.map((line) => line.match(/^max_steps\s*=\s*(\d+)$/)).filter(Boolean).at(-1)?.[1];
+  const trains = maxSteps ? ` and trains steps ${step + 1} to ${maxSteps}` : "";
+  const text = `A new experiment (run ${runId}'s config with ${overrides.length} override${overrides.length === 1 ? "" : "s"}) and a new run in it start from the checkpoint at step ${step}${trains}; run ${runId} stays as it is.`;
   if (!(await confirmAction(`Fork from step ${step}?`, text, "Fork"))) return;
-  form.dataset.confirmed = "1";
-  form.requestSubmit();
+  showForkErrors([]);
+  const answer = await postJson(root.dataset.forkUrl, { checkpoint: Number(form.querySelector("input[name=checkpoint]").value), overrides });
+  if (!answer.ok) {
+    const errors = answer.data.errors || [];
+    showForkErrors(errors.length ? errors.map((e) => (e.field ? `${e.field}: ${e.message}` : e.message)) : [errorText(answer)]);
+    return;
+  }
+  window.location.href = answer.data.dashboard_url || `/runs/${answer.data.id}/`;
 });
 
 const live = connectRun(runId, {

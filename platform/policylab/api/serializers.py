@@ -115,6 +115,7 @@ class RunAttemptSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     experiment = serializers.PrimaryKeyRelatedField(read_only=True)
+    experiment_name = serializers.CharField(source="experiment.name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     attempts = RunAttemptSerializer(many=True, read_only=True)
     dashboard_url = serializers.SerializerMethodField()
@@ -122,7 +123,7 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "id", "experiment", "status", "created_by", "created_at", "started_at", "finished_at",
+            "id", "experiment", "experiment_name", "status", "created_by", "created_at", "started_at", "finished_at",
             "current_step", "total_steps", "eta_seconds", "message", "parent_run", "parent_checkpoint",
             "resume_from", "overrides", "max_retries", "cancel_requested", "state_version", "attempts",
             "dashboard_url",

@@ -17,6 +17,7 @@ from policylab.experiments import selectors, services
 from policylab.experiments.config_editor import validation_payload
 from policylab.experiments.models import RunStatus
 from policylab.ids import MAX_ID, parse_id
+from policylab.tracking.selectors import history_runs
 from trainer.config import config_json_schema
 
 BAD_REQUEST = OpenApiResponse(s.ErrorSerializer, description="Invalid input; nothing was saved")
@@ -146,10 +147,17 @@ class ExperimentRuns(generics.ListAPIView):
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
+MAX_SEARCH_CHARS = 200
+
+
 @extend_schema_view(
     get=extend_schema(
         parameters=[
-            OpenApiParameter("experiment", ID_SCHEMA, description="Only runs of this experiment"),
+            OpenApiParameter("experiment", str, description="Only runs of this experiment: its id (digits), or "
+                             "its name (the runs of every experiment of that name)"),
+            OpenApiParameter("search", str, description="Runs whose experiment name, description, project or "
+                             "tags, or whose message, hold this text (ignoring case), or the run of this id: "
+                             "the History page's search"),
             OpenApiParameter("status", str, enum=list(RunStatus.values), description="Only runs in this status"),
         ]
     )
@@ -158,10 +166,15 @@ class RunList(generics.ListAPIView):
     serializer_class = s.RunSerializer
 
     def get_queryset(self):
-        runs = selectors.runs_for(self.request.user).prefetch_related("attempts")
-        experiment = int_param(self.request, "experiment")
-        if experiment is not None:
-            runs = runs.filter(experiment_id=experiment)
+        search = self.request.query_params.get("search", "").strip()
+        if len(search) > MAX_SEARCH_CHARS:
+            raise invalid("search", f"at most {MAX_SEARCH_CHARS} characters")
+        runs = history_runs(self.request.user, search=search).prefetch_related("attempts")
+        experiment = self.request.query_params.get("experiment", "")
+        if experiment.isascii() and experiment.isdigit():  # an id (past 64 bits: a 400 naming the parameter)
+            runs = runs.filter(experiment_id=int_param(self.request, "experiment"))
+        elif experiment:
+            runs = runs.filter(experiment__name=experiment)
         status_filter = self.request.query_params.get("status")
         if status_filter:
             if status_filter not in RunStatus.values:

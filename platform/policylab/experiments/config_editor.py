@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from django.conf import settings
 
-from policylab.experiments.services import validate_on_platform
+from policylab.experiments.services import PREFLIGHT_WHERE, launch_preflight, validate_on_platform
 from trainer.config import (
     ConfigError,
     ConfigIssue,
@@ -350,13 +350,17 @@ def parse_section(node: Mapping[str, Any], path: str, post: Mapping[str, Any], p
             out[name] = {key: parse_section(item, path_join(child_path, key), post, problems) for key in keys}
             continue
         kind, _ = leaf_kind(prop, nullable)
+        default = raw.get("default", prop.get("default", MISSING))
         if kind == "checkbox":
-            out[name] = bool(post.get(child_path))
+            if not same_value(bool(post.get(child_path)), default):
+                out[name] = bool(post.get(child_path))
             continue
         if child_path not in post or (kind == "yaml" and not str(post[child_path]).strip() and not nullable):
             continue  # not in the form, or a blank collection/union: the schema default applies
         try:
-            out[name] = parse_value(kind, str(post[child_path]), nullable, child_path)
+            value = parse_value(kind, str(post[child_path]), nullable, child_path)
+            if not same_value(value, default):
+                out[name] = value
         except ConfigError as exc:  # past a size, depth or alias limit
             problems += [ConfigIssue(path=child_path, message=i.message) for i in exc.issues]
         except (ValueError, yaml.YAMLError) as exc:
@@ -365,9 +369,23 @@ def parse_section(node: Mapping[str, Any], path: str, post: Mapping[str, Any], p
     return out
 
 
+def same_value(value: Any, default: Any) -> bool:
+    """Whether a submitted value is the schema's default (1 and 1.0 are; True and 1 are not)."""
+    if default is MISSING:
+        return False
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    return value == default
+
+
 def parse_form(post: Mapping[str, Any]) -> dict[str, Any]:
     """Submitted inputs -> a config dict, typed by the schema. Raises FormParseError naming the fields
-    whose text is not of their type (e.g. letters in a number)."""
+    whose text is not of their type (e.g. letters in a number).
+
+    The form shows every field, defaults included; a field whose value is its schema default is left out
+    of the dict, as a YAML file leaves out what it does not set. Validation then sees as set
+    (pydantic's model_fields_set) the fields the user gave a value of their own, and warns about those
+    only, as `python -m trainer validate` does for a file (docs/decisions/0026-checkpoint-verdicts-and-editor-checks.md)."""
     problems: list[ConfigIssue] = []
     config = parse_section(schema(), "", post, problems)
     if problems:
@@ -385,11 +403,13 @@ def raw_values(source: str | Mapping[str, Any]) -> dict[str, Any]:
 
 def validation_payload(
     source: str | Mapping[str, Any], overrides: Sequence[str] = (), source_format: str = "auto",
-    *, memory: Mapping[str, Any] | None = None,
+    *, memory: Mapping[str, Any] | None = None, preflight: bool = False,
 ) -> dict[str, Any]:
     """Everything the editor and POST /api/configs/validate/ show about a config; with `memory` (the editor's
-    inputs), its memory-fit estimate too, when the config is coherent."""
+    inputs), its memory-fit estimate too, when the config is coherent; with `preflight`, the launch's machine
+    check (services.launch_preflight) as warnings under `preflight`."""
     result = validate_on_platform(source, overrides, source_format)
+    machine = launch_preflight(result) if preflight else None
     if result.config is not None:
         config = result.config.model_dump(mode="json")
         text = config_to_yaml(result.config)
@@ -404,7 +424,9 @@ def validation_payload(
         "source_format": result.source_format,
         "config": config,
         "yaml": text,
-    } | ({"memory": memory_payload(result.config, memory)} if memory is not None and result.config is not None else {})
+    } | ({"memory": memory_payload(result.config, memory)} if memory is not None and result.config is not None else {}) \
+      | ({"preflight": [{"field": i.path, "message": i.message} for i in machine], "preflight_where": PREFLIGHT_WHERE}
+         if machine is not None else {})
 
 
 MEMORY_SHAPE_FIELDS = ("params", "layers", "hidden", "kv_heads", "head_dim", "vocab")

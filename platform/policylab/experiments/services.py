@@ -7,8 +7,11 @@ Resume semantics are recorded in docs/decisions/0002-resume-and-fork.md.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,8 +38,9 @@ from trainer.config import (
     load_raw,
     validate_config,
 )
-from trainer.config.confinement import PathPolicy, check_confinement
+from trainer.config.confinement import PathPolicy, check_confinement, rebase_paths
 from trainer.config.importers import detect_format
+from trainer.config.preflight import preflight
 
 LATEST = "latest"
 
@@ -96,6 +100,53 @@ def validate_on_platform(
     result.errors = [replace(i, message=hide_server_paths(i.message)) for i in result.errors]
     result.warnings = [replace(i, message=hide_server_paths(i.message)) for i in result.warnings]
     return result
+
+
+def trainer_backend() -> str:
+    """The worker backend launched trainers use: `--workers` in settings.POLICYLAB_TRAINER_ARGS, else ray."""
+    args = shlex.split(settings.POLICYLAB_TRAINER_ARGS)
+    for i, arg in enumerate(args):
+        if arg.startswith("--workers="):
+            return arg.split("=", 1)[1]
+        if arg == "--workers" and i + 1 < len(args):
+            return args[i + 1]
+    return "ray"
+
+
+def cuda_devices_here() -> int:
+    """The CUDA devices this machine shows, counted without torch (the web server does not import it): the
+    NVIDIA driver's device nodes, at most as many as CUDA_VISIBLE_DEVICES names."""
+    count = len(glob.glob("/dev/nvidia[0-9]*"))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
+    return count
+
+
+PREFLIGHT_WHERE = "checked on the web server; the machine that runs the job may differ"
+
+
+def launch_preflight(result: ValidationResult) -> list[ConfigIssue]:
+    """The machine check a launched trainer runs before anything else (trainer.config.preflight, as `trainer run`
+    does once the supervisor has made the config's paths absolute): the packages its tracker and strategies
+    import, the CUDA devices GPU-only engines need, the model and data paths it reads. Run here, on the web
+    server, for a coherent config, so the editor shows the findings before a launch fails on them; they are
+    warnings: the machine that runs the job may differ. A path already refused (outside the read roots), or
+    read from the environment (`${oc.env:…}`, resolved on the cluster only), is not reported again."""
+    if result.config is None:
+        return []
+    policy = path_policy(Path(settings.POLICYLAB_RUNS_DIR) / "preflight")  # only the reads are checked
+    rebased = rebase_paths(result.config.model_dump(mode="json"), result.config, policy)
+    try:
+        config = type(result.config).model_validate(rebased)
+    except ValueError:  # a rebased path a field refuses: check the config as written
+        config = result.config
+    refused = {i.path for i in result.errors}
+    return [
+        ConfigIssue(path=i.path, message=hide_server_paths(i.message), severity="warning")
+        for i in preflight(config, backend=trainer_backend(), gpus=cuda_devices_here())
+        if i.path not in refused and "${oc.env:" not in i.message
+    ]
 
 
 def check_config(
@@ -272,8 +323,9 @@ def resolve_checkpoint(run: Run, checkpoint: Any):
     return found
 
 
-def resume_refusal(run: Run, target: Any = None, latest: Any = None) -> str | None:
-    """Why `run` cannot be resumed (from `target`, when its latest resumable checkpoint is `latest`)."""
+def run_refusal(run: Run) -> str | None:
+    """Why `run` cannot be resumed now whatever the checkpoint: it is live, cancelling, or an attempt of it
+    still runs on Ray (None: its state allows a resume)."""
     if run.status == statuses.CANCELLING:
         return f"run {run.pk} is cancelling; resume it once it is cancelled"
     if run.status not in statuses.RESUME_FROM:
@@ -281,12 +333,56 @@ def resume_refusal(run: Run, target: Any = None, latest: Any = None) -> str | No
     active = run.attempts.filter(status__in=statuses.ACTIVE).order_by("-number").first()
     if active is not None:
         return f"run {run.pk}: attempt {active.number} is still {active.status} on Ray; resume it once it has stopped"
-    max_steps = effective_config(run.experiment.config, run.overrides).get("max_steps")
-    continues = target is not None and latest is not None and target.pk == latest.pk
-    if continues and isinstance(max_steps, int) and target.step >= max_steps:
-        return (f"run {run.pk} already finished all its {max_steps} steps ({describe(target)}); resuming would "
-                "train nothing: fork it with a larger max_steps instead")
     return None
+
+
+@dataclass(frozen=True)
+class CheckpointVerdict:
+    """What one checkpoint of a run can be used for now: the run page, the API's checkpoint listing and the
+    CLI show this, and resume_run / fork_run act on it, so none of them offers what the other refuses."""
+
+    on_disk: bool  # not pruned by retention and still on disk: fork accepts it
+    resumable: bool  # resume accepts it now
+    reason: str = ""  # why it cannot be resumed ("" when it can)
+    fork_max_steps: int | None = None  # resuming would train nothing: a fork with this max_steps trains on
+
+    @property
+    def offer(self) -> str:
+        """"resume" (resume or fork), "fork" (fork only) or "none"."""
+        return "resume" if self.resumable else "fork" if self.on_disk else "none"
+
+
+def run_max_steps(run: Run) -> int | None:
+    max_steps = effective_config(run.experiment.config, run.overrides).get("max_steps")
+    return max_steps if isinstance(max_steps, int) and not isinstance(max_steps, bool) else None
+
+
+def checkpoint_verdicts(run: Run, checkpoints: Sequence[Any]) -> dict[int, CheckpointVerdict]:
+    """The verdict on each of `checkpoints` (Checkpoint rows of `run`), by id: the one decision of whether a
+    checkpoint can be resumed, and why not. A checkpoint at or past the run's max_steps is never resumable
+    (it would train nothing; fork it with a larger max_steps); one pruned or gone is neither resumable nor
+    forkable; a live or cancelling run resumes nothing until it has stopped."""
+    refusal = run_refusal(run) if checkpoints else None
+    max_steps = run_max_steps(run) if checkpoints else None
+    verdicts = {}
+    for c in checkpoints:
+        if not c.resumable:  # the row's own test: not pruned, and its folder on disk
+            why = "was deleted by retention (max_ckpts_to_keep)" if c.deleted_at else "is gone from disk"
+            verdicts[c.pk] = CheckpointVerdict(False, False, f"{describe(c)} {why}")
+        elif max_steps is not None and c.step >= max_steps:
+            verdicts[c.pk] = CheckpointVerdict(
+                True, False,
+                f"run {run.pk} already finished all its {max_steps} steps ({describe(c)}); resuming would train "
+                f"nothing: fork it with a larger max_steps instead",
+                fork_max_steps=c.step + max_steps,
+            )
+        else:
+            verdicts[c.pk] = CheckpointVerdict(True, refusal is None, refusal or "")
+    return verdicts
+
+
+def checkpoint_verdict(run: Run, checkpoint: Any) -> CheckpointVerdict:
+    return checkpoint_verdicts(run, [checkpoint])[checkpoint.pk]
 
 
 def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
@@ -295,16 +391,17 @@ def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
     From its LATEST resumable checkpoint: the same run continues as a new attempt (one unbroken
     curve). From an EARLIER checkpoint: a new child run of the same experiment (parent_run and
     parent_checkpoint set), because continuing in place would overwrite the steps already logged.
-    Refused (RunStateError) while the run is live or cancelling, and when it would train nothing.
+    Refused (RunStateError) with the reason checkpoint_verdict gives: the run is live or cancelling, or
+    resuming would train nothing. The run shows the checkpoint's step from the start (never 0).
     """
     require_write(user, run.experiment.project.team)
     if run.status not in statuses.RESUME_FROM:
-        raise RunStateError(resume_refusal(run))
+        raise RunStateError(run_refusal(run))
     target = resolve_checkpoint(run, checkpoint)
+    verdict = checkpoint_verdict(run, target)
+    if not verdict.resumable:
+        raise RunStateError(verdict.reason)
     latest = resolve_checkpoint(run, LATEST)
-    refusal = resume_refusal(run, target, latest)
-    if refusal:
-        raise RunStateError(refusal)
     with transaction.atomic():
         take_run_slot(run.experiment.project.team)
         if target.pk == latest.pk:
@@ -312,7 +409,7 @@ def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
             continued = write_run_state(
                 run.pk, only_if=Q(status__in=statuses.RESUME_FROM),
                 status=statuses.QUEUED, resume_from=target.path, cancel_requested=False, finished_at=None,
-                eta_seconds=None, message=f"resumed from step {target.step}",
+                eta_seconds=None, current_step=target.step, message=f"resumed from step {target.step}",
             )
             if not continued:  # another request changed the run since it was read
                 run.refresh_from_db()
@@ -326,6 +423,8 @@ def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
                 parent_run=run,
                 parent_checkpoint=target,
                 resume_from=target.path,
+                current_step=target.step,
+                total_steps=run_max_steps(run),
                 message=f"resumed from run {run.pk} step {target.step}",
             )
         jobs_services().launch_run(resumed)
@@ -340,7 +439,9 @@ def fork_run(
     name: str | None = None,
 ) -> Run:
     """A new Experiment (the run's config with `overrides` applied, validated) and a new Run that
-    starts from the resumable `checkpoint` of `run`, linked by parent_run and parent_checkpoint."""
+    starts from the resumable `checkpoint` of `run`, linked by parent_run and parent_checkpoint.
+    Refused (ValidationFailed on `max_steps`) when the fork would train nothing: the checkpoint is at or
+    past the fork's max_steps."""
     experiment = run.experiment
     require_write(user, experiment.project.team)
     target = resolve_checkpoint(run, checkpoint)
@@ -355,6 +456,11 @@ def fork_run(
             tags=list(experiment.tags),
             overrides=[*run.overrides, *dotlist],
         )
+        max_steps = child_experiment.config.get("max_steps")
+        if isinstance(max_steps, int) and target.step >= max_steps:
+            raise ValidationFailed([issue("max_steps", (
+                f"{max_steps}: the fork starts at step {target.step} and would train nothing; set a larger "
+                f"max_steps, e.g. max_steps={target.step + max_steps}"))])
         take_run_slot(experiment.project.team)
         child = Run.objects.create(
             experiment=child_experiment,
@@ -362,6 +468,8 @@ def fork_run(
             parent_run=run,
             parent_checkpoint=target,
             resume_from=target.path,
+            current_step=target.step,
+            total_steps=max_steps if isinstance(max_steps, int) else None,
             message=f"forked from run {run.pk} step {target.step}",
         )
         jobs_services().launch_run(child)

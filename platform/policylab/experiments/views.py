@@ -159,8 +159,8 @@ def keep_typed_text(section, typed: dict[str, str]) -> None:
 @login_required
 @require_POST
 def editor_check(request: HttpRequest) -> JsonResponse:
-    """Live feedback for the editor: errors by field, warnings, derived values and the native YAML of
-    the current form (or YAML text). With `render_form=1` it also returns the form re-rendered from the
+    """Live feedback for the editor: errors by field, warnings, the launch's machine check (preflight),
+    derived values and the native YAML of the current form (or YAML text). With `render_form=1` it also returns the form re-rendered from the
     YAML, which is how the YAML tab and file import update the form."""
     try:
         source, source_format = editor_source(request.POST)
@@ -168,7 +168,7 @@ def editor_check(request: HttpRequest) -> JsonResponse:
         issues = [{"field": i.path, "message": i.message} for i in exc.issues]
         return JsonResponse({"ok": False, "errors": issues, "warnings": [], "derived": {}, "source_format": "roll",
                              "config": None, "yaml": None})
-    payload = validation_payload(source, source_format=source_format, memory=request.POST)
+    payload = validation_payload(source, source_format=source_format, memory=request.POST, preflight=True)
     if request.POST.get("render_form"):
         values = payload["config"] if payload["config"] is not None else raw_values(source)
         payload["form_html"] = render_to_string(
@@ -180,6 +180,12 @@ def editor_check(request: HttpRequest) -> JsonResponse:
 @login_required
 def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_object_or_404(selectors.experiments_for(request.user), pk=pk)
+    return render_experiment(request, experiment)
+
+
+def render_experiment(request: HttpRequest, experiment, *, overrides: str = "", launch_errors=()) -> HttpResponse:
+    """The experiment page; after a refused launch, its form as the user left it: the overrides text they
+    typed, the Overrides section open, and the reasons beside it."""
     runs = selectors.runs_for(request.user).filter(experiment=experiment)
     return render(
         request,
@@ -188,6 +194,8 @@ def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "experiment": experiment,
             "runs": [(run, run_page_url(run)) for run in runs],
             "can_write": can_write(request.user, experiment.project.team),
+            "overrides": overrides,
+            "launch_errors": list(launch_errors),
         },
     )
 
@@ -196,13 +204,12 @@ def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_object_or_404(selectors.experiments_for(request.user), pk=pk)
-    overrides = [line.strip() for line in request.POST.get("overrides", "").splitlines() if line.strip()]
+    text = request.POST.get("overrides", "")
+    overrides = [line.strip() for line in text.splitlines() if line.strip()]
     try:
         run = services.launch_run(experiment, request.user, overrides)
     except services.ValidationFailed as exc:  # an invalid override, or a quota of the deployment
-        for issue in exc.errors:
-            messages.error(request, f"{issue.path}: {issue.message}" if issue.path else issue.message)
-        return redirect("experiments:experiment_detail", pk=experiment.pk)
+        return render_experiment(request, experiment, overrides=text, launch_errors=exc.errors)
     return redirect(run_page_url(run))
 
 

@@ -152,6 +152,7 @@ class RolloutPageOut(serializers.Serializer):
     stop_reasons = serializers.ListField(child=serializers.CharField())
     stop_reason_texts = serializers.DictField(child=serializers.CharField(), help_text="each stop reason in words")
     env_tags = serializers.ListField(child=serializers.CharField(), help_text="agentic runs' environment tags")
+    run_finished = serializers.BooleanField(help_text="the run's status is final: no new samples will come")
 
 
 class RunRollouts(APIView):
@@ -179,6 +180,7 @@ class RunRollouts(APIView):
         response.data["stop_reasons"] = reasons = selectors.stop_reasons(run)
         response.data["stop_reason_texts"] = {reason: selectors.stop_reason_words(reason) for reason in reasons}
         response.data["env_tags"] = selectors.env_tags(run)
+        response.data["run_finished"] = run.is_terminal
         return response
 
 
@@ -218,7 +220,14 @@ class CheckpointOut(serializers.Serializer):
     attempt = serializers.IntegerField()
     time = serializers.FloatField(help_text="unix time of the save")
     deleted = serializers.BooleanField(help_text="pruned by retention (max_ckpts_to_keep)")
-    resumable = serializers.BooleanField(help_text="not pruned and still on disk: resume and fork accept it")
+    on_disk = serializers.BooleanField(help_text="not pruned and still on disk: fork accepts it")
+    resumable = serializers.BooleanField(help_text="resume accepts it now (see `reason` when it does not)")
+    offer = serializers.ChoiceField(choices=["resume", "fork", "none"],
+                                    help_text="what it can be used for now: resume (or fork), fork only, or nothing")
+    reason = serializers.CharField(allow_blank=True, help_text="why resume refuses it; empty when resumable")
+    fork_max_steps = serializers.IntegerField(
+        allow_null=True, help_text="set when resuming would train nothing (the run finished all its steps): a "
+        "max_steps with which a fork from it trains on")
 
 
 class CheckpointPages(PageNumberPagination):
@@ -238,14 +247,16 @@ class RunCheckpoints(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
         responses={200: CheckpointPageOut, **ERRORS},
-        description="The run's checkpoints, newest step first, as retention left them: a checkpoint that "
-        "max_ckpts_to_keep pruned (or that is gone from disk) is listed with resumable=false.",
+        description="The run's checkpoints, newest step first, as retention left them, each with what it can be "
+        "used for now: resumable=false with the reason for one that max_ckpts_to_keep pruned (or that is gone from "
+        "disk, on_disk=false), for one at the run's max_steps (fork it with a larger max_steps: fork_max_steps), "
+        "and while the run is live.",
     )
     def get(self, request: Request, run_id: int) -> Response:
         run = scoped_run(request, run_id)
         pages = CheckpointPages()
         page = pages.paginate_queryset(Checkpoint.objects.filter(run=run).order_by("-step"), request, view=self)
-        return pages.get_paginated_response([selectors.checkpoint_dict(c) for c in page])
+        return pages.get_paginated_response(selectors.checkpoint_dicts(run, page))
 
 
 class RunStateOut(serializers.Serializer):

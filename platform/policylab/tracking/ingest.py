@@ -39,7 +39,7 @@ from policylab.tracking.models import (
     RolloutSample,
     SystemPoint,
 )
-from policylab.tracking.selectors import checkpoint_dict, log_colours, log_dict, run_state, stop_reason_words
+from policylab.tracking.selectors import checkpoint_dicts, log_colours, log_dict, run_state, stop_reason_words
 from trainer.config.bounds import INT64_MAX
 from trainer.telemetry.events import EventError, parse_event
 
@@ -345,12 +345,14 @@ def recount_summaries(run_id: int) -> None:
                                       update_fields=SUMMARY_FIELDS)
 
 
-def status_changes(run: Run, event: dict[str, Any], latest_attempt: int) -> dict[str, Any] | None:
+def status_changes(run: Run, event: dict[str, Any], latest_attempt: int, resume_step: int = 0) -> dict[str, Any] | None:
     """What a trainer `status` event changes on `run` (None: nothing). Ingest can lag the trainer, so:
 
     - an event of an attempt older than the run's latest (or than the one whose progress is shown)
       changes nothing: attempt 1's late report must not move a run that attempt 2 is training;
-    - within one attempt the step never goes back; a new attempt (resumed at its checkpoint) sets it;
+    - within one attempt the step never goes back; a new attempt sets it, but never below
+      `resume_step`, the step of the checkpoint it resumes from (resume_step_of): a resumed trainer
+      reports step 0 while it starts, before it has loaded the checkpoint;
     - the status moves only as statuses.trainer_may_set allows (forward, to `starting` or `running`;
       never over a cancel; every end is the supervisor's verdict); a cancelling or finished run keeps
       its message and shows no ETA.
@@ -360,8 +362,7 @@ def status_changes(run: Run, event: dict[str, Any], latest_attempt: int) -> dict
     if attempt < max(latest_attempt, run.progress_attempt):
         return None
     step = max(0, int(data.get("step", event["step"])))
-    if attempt == run.progress_attempt:
-        step = max(step, run.current_step)
+    step = max(step, run.current_step if attempt == run.progress_attempt else resume_step)
     changes: dict[str, Any] = {"current_step": step, "progress_attempt": attempt}
     if data.get("total_steps") is not None:
         changes["total_steps"] = int(data["total_steps"])
@@ -386,12 +387,27 @@ def apply_status(run_id: int, event: dict[str, Any]) -> None:
     """Advance the Run's progress (and status) from one `status` event: a compare-and-set on the status
     it read, tried again when the supervisor or a cancel changed the run in between."""
     for _ in range(3):
-        run = Run.objects.only("status", "started_at", "current_step", "progress_attempt").get(pk=run_id)
+        run = Run.objects.only("status", "started_at", "current_step", "progress_attempt", "resume_from",
+                               "parent_checkpoint").get(pk=run_id)
         latest_attempt = run.attempts.aggregate(latest=Max("number"))["latest"] or 0
-        changes = status_changes(run, event, latest_attempt)
+        new_attempt = int(event["attempt"]) > run.progress_attempt
+        changes = status_changes(run, event, latest_attempt, resume_step_of(run) if new_attempt else 0)
         if changes is None or write_run_state(run_id, only_if=Q(status=run.status), **changes):
             return
     log.warning("run %s: status event seq %s not applied: the run kept changing", run_id, event["seq"])
+
+
+def resume_step_of(run: Run) -> int:
+    """The step a new attempt of `run` starts from: the newest of its own checkpoints still on disk (a retry,
+    or a resume in place, continues from it: jobs.transitions.resume_for_attempt), else the checkpoint it was
+    resumed or forked from; 0 for a fresh start."""
+    newest = Checkpoint.objects.filter(run=run, deleted_at__isnull=True).order_by("-step")
+    own = next((c.step for c in newest.iterator() if c.resumable), None)
+    if own is not None:
+        return own
+    if run.resume_from and run.parent_checkpoint_id is not None:
+        return Checkpoint.objects.filter(pk=run.parent_checkpoint_id).values_list("step", flat=True).first() or 0
+    return 0
 
 
 def mirror_retention(run_id: int) -> None:
@@ -584,11 +600,11 @@ def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> 
     live = [live_event(e, run_dir_of(run_id)) for e in events]
     checkpoints = [e for e in live if e["type"] == "checkpoint"]
     if checkpoints:  # the page's table mirrors the stored rows: ids for Resume and Fork, pruned ones marked
-        rows = Checkpoint.objects.filter(run_id=run_id)
-        ids = dict(rows.values_list("step", "pk"))
+        rows = list(Checkpoint.objects.filter(run_id=run_id))
+        ids = {c.step: c.pk for c in rows}
         for e in checkpoints:
             e["data"] = {**e["data"], "id": ids.get(int(e["data"].get("step", e["step"])))}
-        checkpoints[-1]["data"]["checkpoints"] = [checkpoint_dict(c) for c in rows]
+        checkpoints[-1]["data"]["checkpoints"] = checkpoint_dicts(Run.objects.get(pk=run_id), rows)
     try:
         async_to_sync(send_chunks)(layer, group_name(run_id), live, last_seq)
     except Exception:  # a channel layer outage must not lose the (committed) batch or stop ingest

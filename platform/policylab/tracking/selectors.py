@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from django.urls import reverse
 from policylab.experiments import statuses
 from policylab.experiments.models import Run, run_dir_of
 from policylab.experiments.selectors import experiments_for, runs_for
+from policylab.experiments.services import CheckpointVerdict, checkpoint_verdicts
 from policylab.redaction import path_in_run, shown_text
 from policylab.tracking.downsampling import downsample_indices
 from policylab.tracking.models import (
@@ -193,12 +194,22 @@ def rollout_dict(sample: RolloutSample, *, tokens: bool = True) -> dict[str, Any
     return out
 
 
-def checkpoint_dict(ck: Checkpoint) -> dict[str, Any]:
-    """A checkpoint as pages and the API list it; its folder relative to the run directory."""
+def checkpoint_dict(ck: Checkpoint, verdict: CheckpointVerdict | None = None) -> dict[str, Any]:
+    """A checkpoint as pages and the API list it, with what it can be used for now (`verdict`, from
+    experiments.services.checkpoint_verdicts; checkpoint_dicts decides it once for many); its folder
+    relative to the run directory."""
+    verdict = verdict or checkpoint_verdicts(ck.run, [ck])[ck.pk]
     path = path_in_run(ck.path, run_dir_of(ck.run_id))
     return {"id": ck.pk, "step": ck.step, "path": path, "size_bytes": ck.size_bytes, "contents": ck.contents,
             "attempt": ck.attempt, "time": ck.created_at.timestamp(), "deleted": ck.deleted_at is not None,
-            "resumable": ck.resumable}
+            "on_disk": verdict.on_disk, "resumable": verdict.resumable, "offer": verdict.offer,
+            "reason": verdict.reason, "fork_max_steps": verdict.fork_max_steps}
+
+
+def checkpoint_dicts(run: Run, checkpoints: Iterable[Checkpoint]) -> list[dict[str, Any]]:
+    rows = list(checkpoints)
+    verdicts = checkpoint_verdicts(run, rows)
+    return [checkpoint_dict(c, verdicts[c.pk]) for c in rows]
 
 
 def latest_rollouts(run: Run, max_seq: int | None = None) -> list[dict[str, Any]]:
@@ -226,7 +237,7 @@ def run_snapshot(run: Run, *, max_points: int = SNAPSHOT_MAX_POINTS, lazy: bool 
         "series": {} if lazy else series(run, max_points=max_points, max_seq=seq),
         "system": series(run, max_points=max_points, source="system", x="time", max_seq=seq),
         "rollouts": latest_rollouts(run, max_seq=seq),
-        "checkpoints": [checkpoint_dict(c) for c in Checkpoint.objects.filter(run=run, seq__lte=seq)],
+        "checkpoints": checkpoint_dicts(run, Checkpoint.objects.filter(run=run, seq__lte=seq)),
         "logs": [log_dict(line, colours=True) for line in reversed(logs)],
     }
 
@@ -321,8 +332,9 @@ def rebuild_events(run: Run, after_seq: int, upto_seq: int) -> list[dict[str, An
         event("rollouts", sample.seq, sample.step, sample.time, sample.attempt)["data"].setdefault("samples", []).append(
             rollout_dict(sample, tokens=False)
         )
-    for ck in Checkpoint.objects.filter(**window):
-        event("checkpoint", ck.seq, ck.step, ck.created_at.timestamp(), ck.attempt)["data"] = checkpoint_dict(ck)
+    saved = list(Checkpoint.objects.filter(**window))
+    for ck, shown in zip(saved, checkpoint_dicts(run, saved), strict=True):
+        event("checkpoint", ck.seq, ck.step, ck.created_at.timestamp(), ck.attempt)["data"] = shown
     for line in LogLine.objects.filter(**window):
         data = event("log", line.seq, 0, line.time, line.attempt)["data"]
         data["level"] = line.level
@@ -443,6 +455,32 @@ class MetricColumn:
 
 
 HISTORY_SORTS = ("created", "duration", "step", "status", "experiment")
+MAX_METRIC_COLUMNS = 6
+
+
+@dataclass(frozen=True)
+class HistoryQuery:
+    """What the history table shows, as its URL says it (`q`, `tag`, `status`, `metrics`, `sort`): the page and
+    its CSV download read the same parameters, so the download is the table the user is looking at."""
+
+    search: str = ""
+    tag: str = ""
+    status: str = ""
+    columns: tuple[MetricColumn, ...] = ()
+    sort: str = "-created"
+
+    @classmethod
+    def from_params(cls, params: Any) -> HistoryQuery:
+        columns = [MetricColumn.parse(text) for text in params.get("metrics", "").split(",")]
+        return cls(
+            search=params.get("q", "").strip(), tag=params.get("tag", "").strip(),
+            status=params.get("status", "").strip(), sort=params.get("sort", "-created").strip(),
+            columns=tuple(c for c in columns if c.key)[:MAX_METRIC_COLUMNS],
+        )
+
+    def runs(self, user: Any) -> QuerySet[Run]:
+        return history_runs(user, search=self.search, tag=self.tag, status=self.status, columns=self.columns,
+                            sort=self.sort)
 
 
 def history_runs(user: Any, *, search: str = "", tag: str = "", status: str = "",

@@ -10,6 +10,7 @@ urlpatterns = [
     path("rollouts/<int:sample_id>/frames/", views.rollout_frames, name="rollout_frames"),
     path("runs/<int:run_id>/log/", views.full_log, name="full_log"),
     path("history/", views.history, name="history"),
+    path("history/csv/", views.history_csv, name="history_csv"),
     path("compare/", views.compare, name="compare"),
     path("api/runs/<int:run_id>/metrics/", api.RunMetrics.as_view(), name="api-metrics"),
     path("api/runs/<int:run_id>/rollouts/", api.RunRollouts.as_view(), name="api-rollouts"),

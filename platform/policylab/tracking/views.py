@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
@@ -17,9 +17,9 @@ from policylab.ids import parse_id
 from policylab.tracking import selectors
 from policylab.tracking.compare import config_diff, effective_config
 from policylab.tracking.panels import ASYNC_CHARTS, ASYNC_PREFIX
+from policylab.tracking.services import csv_lines, history_csv_rows
 
 MAX_COMPARED = 8
-MAX_METRIC_COLUMNS = 6
 
 
 def scoped_run_or_404(request: HttpRequest, run_id: int):
@@ -79,14 +79,9 @@ def rollout_frames(request: HttpRequest, sample_id: int) -> HttpResponse:
 @login_required
 def history(request: HttpRequest) -> HttpResponse:
     """The team's runs; every filter, the metric columns and the order are in the URL (shareable)."""
-    search = request.GET.get("q", "").strip()
-    tag = request.GET.get("tag", "").strip()
-    status = request.GET.get("status", "").strip()
-    sort = request.GET.get("sort", "-created").strip()
-    columns = [selectors.MetricColumn.parse(text) for text in request.GET.get("metrics", "").split(",")]
-    columns = [c for c in columns if c.key][:MAX_METRIC_COLUMNS]
-    runs = selectors.history_runs(request.user, search=search, tag=tag, status=status, columns=columns, sort=sort)
-    page = Paginator(runs, 50).get_page(request.GET.get("page"))
+    query = selectors.HistoryQuery.from_params(request.GET)
+    search, tag, status, sort, columns = query.search, query.tag, query.status, query.sort, query.columns
+    page = Paginator(query.runs(request.user), 50).get_page(request.GET.get("page"))
     rows = [(run, [(getattr(run, f"metric_{i}_last"), getattr(run, f"metric_{i}_best")) for i in range(len(columns))])
             for run in page]
     return render(
@@ -110,6 +105,16 @@ def history(request: HttpRequest) -> HttpResponse:
     )
 
 
+@login_required
+def history_csv(request: HttpRequest) -> StreamingHttpResponse:
+    """The history table of the same URL parameters as CSV, every page of it, metric columns included."""
+    query = selectors.HistoryQuery.from_params(request.GET)
+    rows = history_csv_rows(query.runs(request.user), query.columns)
+    response = StreamingHttpResponse(csv_lines(rows), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="policylab-history.csv"'
+    return response
+
+
 def compare_ids(text: str) -> list[int]:
     """Run ids of a `runs=1,2,3` parameter, in order, without repeats, at most MAX_COMPARED."""
     ids: list[int] = []
@@ -122,12 +127,17 @@ def compare_ids(text: str) -> list[int]:
 
 @login_required
 def compare(request: HttpRequest) -> HttpResponse:
-    """Runs overlaid: `?runs=1,2`; `?add=3` and `?remove=1` answer with a redirect to the new list."""
+    """Runs overlaid: `?runs=1,2`; `?add=3` and `?remove=1` answer with a redirect to the new list (the chart
+    view's parameters, such as `smoothing`, go along)."""
     ids = compare_ids(request.GET.get("runs", ""))
     if "add" in request.GET or "remove" in request.GET:
         removed = parse_id(request.GET.get("remove", ""))
         ids = compare_ids(",".join(map(str, [i for i in ids if i != removed] + [request.GET.get("add", "")])))
-        return redirect(f"{reverse('tracking:compare')}?runs={','.join(map(str, ids))}")
+        query = request.GET.copy()
+        for name in ("runs", "add", "remove"):
+            query.pop(name, None)
+        rest = f"&{query.urlencode()}" if query else ""
+        return redirect(f"{reverse('tracking:compare')}?runs={','.join(map(str, ids))}{rest}")
     runs = list(runs_for(request.user).filter(pk__in=ids).select_related("experiment"))
     runs.sort(key=lambda r: ids.index(r.pk))
     configs = [effective_config(r.experiment.config, r.overrides) for r in runs]

@@ -95,8 +95,12 @@ def test_checkpoints_mirror_retention_and_pruned_ones_are_refused_by_name(api_al
     (run.run_dir / "checkpoints" / "step_2").rmdir()  # the trainer's retention (max_ckpts_to_keep=2)
     ingest_events(events, run_id=run.pk, publish=False)
     listed = api_alice.get(f"/api/runs/{run.pk}/checkpoints/").json()["results"]
-    assert [(c["step"], c["deleted"], c["resumable"]) for c in listed] == [(6, False, True), (4, False, True),
-                                                                          (2, True, False)]
+    assert [(c["step"], c["deleted"], c["on_disk"]) for c in listed] == [(6, False, True), (4, False, True),
+                                                                        (2, True, False)]
+    # resume takes none while the run is live, and never its final one (max_steps 6): that one offers a fork
+    assert [(c["resumable"], c["offer"], c["fork_max_steps"]) for c in listed] == [
+        (False, "fork", 12), (False, "fork", None), (False, "none", None)]
+    assert "is running" in listed[1]["reason"] and "already finished all its 6 steps" in listed[0]["reason"]
     run.status = RunStatus.FAILED
     run.save()
     pruned = Checkpoint.objects.get(run=run, step=2)

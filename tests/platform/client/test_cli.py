@@ -107,7 +107,8 @@ def test_submit_follow_to_success_then_inspect(cli, member, stack) -> None:
     assert listed.returncode == OK and any(line.split()[:1] == [run_id] and "succeeded" in line
                                            for line in listed.stdout.splitlines())
     checkpoints = cli("checkpoints", run_id)
-    assert checkpoints.returncode == OK and "resumable" in checkpoints.stdout
+    assert checkpoints.returncode == OK and "fork only" in checkpoints.stdout  # the final one: resume refuses it
+    assert "already finished all its 3 steps" in checkpoints.stdout and "max_steps=6" in checkpoints.stdout
     resume = cli("resume", run_id)
     assert resume.returncode == REFUSED and "already finished all its 3 steps" in resume.stderr
     logs = cli("logs", run_id)

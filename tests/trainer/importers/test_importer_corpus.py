@@ -332,7 +332,7 @@ def test_roll_main_rlvr_new_names(results: dict[str, ValidationResult]) -> None:
 ])
 def test_a_typo_of_a_newer_key_names_the_key(fmt: str, text: str, path: str, nearest: str) -> None:
     result = validate_config(text)
-    issue = next(i for i in result.errors if i.path == path)
+    issue = next(i for i in result.warnings if i.path == path)  # a foreign file: a warning (issue 31)
     assert "unknown key" in issue.message and f"did you mean {nearest}?" in issue.message
 
 
@@ -342,7 +342,7 @@ def test_required_placeholder_asks_for_the_value() -> None:
                              "data: {train_files: /d.parquet}\nreward_model: {reward_manager: naive}\n"
                              "trainer: {use_v1: true}\n")
     issue = next(i for i in result.errors if i.path == "actor_rollout_ref.rollout.name")
-    assert issue.message.startswith("required: set actor_rollout_ref.rollout.name")
+    assert issue.message.startswith("required:") and "actor_rollout_ref.rollout.name=vllm" in issue.message
 
 
 def test_every_surface_section_survives_loading() -> None:

@@ -90,3 +90,42 @@ def test_make_tiny_model_command(tmp_path: Path) -> None:
     config = AutoModelForCausalLM.from_pretrained(tmp_path / "m").config
     assert config.hidden_size == SIZES["small"]["hidden_size"]
     assert config.num_hidden_layers == SIZES["small"]["num_hidden_layers"]
+
+
+def test_the_files_written_are_the_ones_save_pretrained_writes(tmp_path: Path, monkeypatch) -> None:
+    import trainer.models.tiny as tiny
+
+    ours = build_tiny_model(tmp_path / "ours", size="small", seed=3)
+    monkeypatch.setattr(tiny, "save_model_files", lambda model, out: model.save_pretrained(out))
+    reference = build_tiny_model(tmp_path / "reference", size="small", seed=3)
+    names = sorted(p.name for p in reference.iterdir())
+    assert names == sorted(p.name for p in ours.iterdir())
+    assert "model.safetensors" in names and "config.json" in names
+    for name in names:
+        assert (ours / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_make_tiny_model_does_not_go_through_transformers_unwrap_model(tmp_path: Path, monkeypatch) -> None:
+    """save_pretrained's unwrap_model asks accelerate (where installed), which imports DeepSpeed and logs
+    DeepSpeed's accelerator warning: make-tiny-model must not take that road (the stand-in records it)."""
+    import transformers.modeling_utils as modeling_utils
+
+    unwrapped = []
+    monkeypatch.setattr(modeling_utils, "unwrap_model", lambda model, *a, **k: unwrapped.append(model) or model)
+    assert trainer_main(["make-tiny-model", str(tmp_path / "m")]) == 0
+    assert unwrapped == []
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "m").config.tie_word_embeddings
+
+
+def test_make_tiny_model_imports_no_deepspeed_and_prints_no_warning(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['trainer', 'make-tiny-model', {str(tmp_path / 'm')!r}]\n"
+            "try:\n    runpy.run_module('trainer', run_name='__main__')\nexcept SystemExit as e:\n    assert not e.code\n"
+            "print('deepspeed loaded:', 'deepspeed' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "deepspeed loaded: False" in done.stdout
+    assert "accelerator" not in done.stderr.lower() and "WARNING" not in done.stderr, done.stderr[-2000:]

@@ -15,12 +15,13 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from trainer.config.formats import FOREIGN_TOP_LEVEL_KEYS
 from trainer.config.importers import rlinf, skyrl, verl
 from trainer.config.importers.builtin import SURFACES
+from trainer.config.importers.common import REPLACEMENTS, other_engine_names
 from trainer.config.importers.rules import Rule, SourceValueError, Translation, apply_rules
 from trainer.config.importers.surface import Family, flatten
 from trainer.config.issues import ConfigIssue
-from trainer.config.loading import FOREIGN_TOP_LEVEL_KEYS
 from trainer.config.schema import PipelineConfig
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,12 @@ def release_family(raw: Mapping[str, Any], fmt: str) -> Family:
 
 def translate(raw: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], list[ConfigIssue]]:
     """Translate a resolved foreign config with the importer named `fmt`."""
+    native, issues, _ = translate_traced(raw, fmt)
+    return native, issues
+
+
+def translate_traced(raw: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], list[ConfigIssue], dict[str, str]]:
+    """translate(), and which key of the source file set each native value (native path -> source key)."""
     module = IMPORTERS[fmt]
     surface, flat = SURFACES[fmt], dict(flatten(raw))
     family = surface.detect(flat)
@@ -85,7 +92,7 @@ def translate(raw: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], list[Co
             t.error(exc.path, str(exc))
         except (TypeError, ValueError) as exc:  # a value of the wrong type met by the arithmetic
             t.error("", f"cannot translate this {fmt} config: {exc}")
-    return t.native, t.issues
+    return t.native, t.issues, t.origin
 
 
 def rules_of(fmt: str) -> list[Rule]:
@@ -96,19 +103,44 @@ def detect_and_translate(
     raw: dict[str, Any], source_format: str = "auto"
 ) -> tuple[dict[str, Any], str, list[ConfigIssue]]:
     """Return (native raw dict, detected format, issues). Native ROLL configs pass through unchanged."""
+    native, fmt, issues, _ = detect_and_translate_traced(raw, source_format)
+    return native, fmt, issues
+
+
+def detect_and_translate_traced(
+    raw: dict[str, Any], source_format: str = "auto"
+) -> tuple[dict[str, Any], str, list[ConfigIssue], dict[str, str]]:
+    """detect_and_translate(), and the origin of each native value (native path -> key of the source file;
+    empty for a native file, whose keys are their own origin)."""
     if source_format not in SOURCE_FORMATS:
         issue = ConfigIssue("", f"unknown source format {source_format!r}; choose one of {', '.join(SOURCE_FORMATS)}")
-        return raw, "roll", [issue]
+        return raw, "roll", [issue], {}
     if source_format == "auto":
         fmt, why = detect_format(raw)
         if fmt is None:
-            return raw, "roll", [ConfigIssue("", why)]
+            return raw, "roll", [ConfigIssue("", why)], {}
     else:
         fmt = source_format
     if fmt == "roll":
-        return raw, fmt, []
-    native, issues = translate(raw, fmt)
+        native, issues = other_engine_names(raw)
+        return native, fmt, issues, {}
+    native, issues, origin = translate_traced(raw, fmt)
     warnings = sum(1 for issue in issues if issue.severity == "warning")
     logger.warning("notice: read as a %s config (%s keys) and translated into the native schema (%d warning(s))",
                    fmt, release_family(raw, fmt).name, warnings)
-    return native, fmt, issues
+    return native, fmt, issues, origin
+
+
+def suggested_value(path: str) -> Any:
+    """A value to show in the override that sets `path` (a key some importer maps): the name of a built engine
+    where the key chooses one, else the rule's example; None for a key no rule names."""
+    for module in IMPORTERS.values():
+        for rule in module.RULES:
+            if rule.source != path:
+                continue
+            table = getattr(rule.convert, "table", None)
+            if isinstance(table, Mapping):
+                built = [foreign for foreign, ours in table.items() if ours in REPLACEMENTS.values()]
+                return built[0] if built else next(iter(table))
+            return rule.example
+    return None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import typing
 from typing import Any
 
 from pydantic import BaseModel
 
 from trainer.config.importers.rules import Translation, leaves, lookup, pop_path
+from trainer.config.issues import ConfigIssue
 from trainer.config.schema import STRATEGY_CONFIG_MODELS
 
 # The same engine setting under another name in SGLang's config.
@@ -18,6 +20,36 @@ SGLANG_NAMES = {
     "max_num_seqs": "max_running_requests",
 }
 ROLES = ("actor_train", "actor_infer", "reference", "critic", "validation")
+# The same setting under each generation engine's name (vLLM's enforce_eager is SGLang's disable_cuda_graph).
+ENGINE_NAMES: dict[str, dict[str, str]] = {
+    "sglang": {**SGLANG_NAMES, "enforce_eager": "disable_cuda_graph"},
+    "vllm": {theirs: ours for ours, theirs in {**SGLANG_NAMES, "enforce_eager": "disable_cuda_graph"}.items()},
+}
+
+
+# An engine this build lacks -> the built engine that runs the same role (same kind: generation).
+REPLACEMENTS: dict[str, str] = {"sglang": "vllm"}
+
+
+def other_engine_names(raw: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigIssue]]:
+    """A ROLL file's strategy_config goes to its engine as written; a setting under the other engine's name (SGLang's
+    mem_fraction_static once `strategy_name=vllm` replaces sglang) is read under this engine's name, with a warning."""
+    issues: list[ConfigIssue] = []
+    out = copy.deepcopy(raw)
+    sections = [(k, v) for k, v in out.items() if isinstance(v, dict)]
+    sections += [(f"rewards.{k}", v) for k, v in (out.get("rewards") or {}).items() if isinstance(v, dict)]
+    for role, section in sections:
+        args = section.get("strategy_args")
+        cfg = args.get("strategy_config") if isinstance(args, dict) else None
+        names = ENGINE_NAMES.get(str(args.get("strategy_name"))) if isinstance(args, dict) else None
+        if not isinstance(cfg, dict) or names is None:
+            continue
+        for key in [k for k in cfg if k in names and names[k] not in cfg]:
+            cfg[names[key]] = cfg.pop(key)
+            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_config.{key}", f"read as {names[key]}: "
+                                      f"{key} is the other engine's name for it ({role} runs {args['strategy_name']})",
+                                      "warning"))
+    return (out, issues) if issues else (raw, [])
 
 
 def role_sections(t: Translation) -> dict[str, dict[str, Any]]:

@@ -81,8 +81,10 @@ def mapping_table(fmt: str) -> str:
         f"(`--from {fmt}` forces it). `${{…}}` interpolation and `defaults:` lists are resolved before "
         "translation. Every key of the releases below is known: a key the rule table maps acts; any other "
         "known key is reported as a warning with its value and the reason when it differs from its release's "
-        "default. A key of no release is an error naming the closest known key (a typo); `???` is an error "
-        "asking for the value; `_target_` keys are ignored.",
+        "default. A key of no release is a warning too (\"not used by PolicyLab\", naming the closest known key "
+        "in case it is a typo); a `???` left in the file is refused with the override that sets it; an engine "
+        "this build lacks (SGLang) is one error naming the override that runs the file on vLLM; `_target_` "
+        "keys are ignored.",
         "",
         "## Releases",
         "",

@@ -34,9 +34,12 @@ TRAIN_BACKEND = choice({"megatron": "megatron_train", "fsdp": "fsdp2_train", "fs
                        "training_backend")
 FORWARD = {"megatron_train": "megatron_infer", "fsdp2_train": "fsdp2_infer"}
 ROLLOUT_BACKEND = choice({"sglang": "sglang", "vllm": "vllm"}, "rollout_backend")
-ADV = choice({"grpo": "grpo", "math_grpo": "grpo", "gae": "gae", "ppo": "gae", "reinpp": "reinforce_plus_plus",
-              "reinpp_baseline": "reinforce_plus_plus_baseline", "rloo": "rloo"}, "adv_type")
-LOSS = choice({"actor": "ppo", "ppo": "ppo", "math_ppo_actor": "ppo", "gspo": "gspo"}, "loss_type")
+# Early RLinf math examples name them grpo-math (advantage) and math_actor / grpo / grpo_actor (the PPO-clipped loss).
+ADV = choice({"grpo": "grpo", "math_grpo": "grpo", "grpo-math": "grpo", "gae": "gae", "ppo": "gae",
+              "reinpp": "reinforce_plus_plus", "reinpp_baseline": "reinforce_plus_plus_baseline", "rloo": "rloo"},
+             "adv_type")
+LOSS = choice({"actor": "ppo", "ppo": "ppo", "math_ppo_actor": "ppo", "math_actor": "ppo", "grpo": "ppo",
+               "grpo_actor": "ppo", "gspo": "gspo"}, "loss_type")
 LOSS_AGG = choice({m: m for m in ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                                   "seq-mean-token-sum-norm")}, "loss_agg_func")
 KL = choice({"kl": "kl", "k1": "kl", "abs": "abs", "mse": "mse", "k2": "mse", "low_var_kl": "low_var_kl",
@@ -95,6 +98,9 @@ TA = "actor_train.training_args"
 RULES: list[Rule] = [
     # cluster
     Rule("cluster.num_nodes", "num_nodes", 2, note="with component_placement, sizes every role's device_mapping"),
+    Rule("cluster.num_gpus_per_node", "num_gpus_per_node", 4, derived=True,
+         note="devices per node, as RLinf's early math examples write it (later releases count them at start; "
+         f"{ASSUMED_GPUS_PER_NODE} is assumed then)"),
     Rule("cluster.component_placement", "actor_train.device_mapping", {"actor": "0-3", "rollout": "4-7"},
          derived=True, note="actor → actor_train (and reference), rollout → actor_infer; 'all' = every device"),
     # runner
@@ -142,6 +148,8 @@ RULES: list[Rule] = [
     Rule("algorithm.clip_ratio_c", "clip_ratio_c", 4.0, note="set (not null): dual_clip_loss = true"),
     Rule("algorithm.clip_ratio_low", "pg_clip_low", 0.18),
     Rule("algorithm.clip_ratio_high", "pg_clip_high", 0.28),
+    Rule("algorithm.ratio_clip_low", "pg_clip_low", 0.17, note="early math examples' name of clip_ratio_low"),
+    Rule("algorithm.ratio_clip_high", "pg_clip_high", 0.27, note="early math examples' name of clip_ratio_high"),
     Rule("algorithm.adv_type", "adv_estimator", "reinpp", ADV),
     Rule("algorithm.normalize_advantages", "whiten_advantages", False),
     Rule("algorithm.early_stop_imp_ratio", None, 3.0, note="no early stop on the importance ratio"),
@@ -453,15 +461,16 @@ def _critic(t: Translation) -> bool:
 def _placement(t: Translation) -> None:
     placement = t.get("cluster.component_placement")
     nodes = t.int("cluster.num_nodes", 1)
-    total = nodes * ASSUMED_GPUS_PER_NODE
+    per_node = t.int("cluster.num_gpus_per_node", ASSUMED_GPUS_PER_NODE)
+    total = nodes * per_node
     if placement is None:
-        t.required("cluster.component_placement", "which devices run actor and rollout, e.g. "
-                   "{'actor,rollout,reward': 'all'}")
+        t.required("cluster.component_placement", "which devices run actor and rollout",
+                   "\"{'actor,rollout,reward': all}\"")
         return
     if not isinstance(placement, dict):
         t.error("cluster.component_placement", "must map component names to device sets")
         return
-    if any(str(v).strip() == "all" for v in placement.values()):
+    if any(str(v).strip() == "all" for v in placement.values()) and not t.has("cluster.num_gpus_per_node"):
         t.warn("cluster.component_placement", f"'all' assumes {ASSUMED_GPUS_PER_NODE} devices per node "
                f"(RLinf counts them at start); override num_gpus_per_node if yours differ")
     for names, where in placement.items():
@@ -482,15 +491,15 @@ def _placement(t: Translation) -> None:
                 t.warn(path, f"component {name!r} not imported: only actor, critic, rollout and reward are placed")
     highest = max((d for r in ("actor_train", "actor_infer", "critic")
                    for d in t.native.get(r, {}).get("device_mapping", [])), default=0)
-    t.native["num_gpus_per_node"] = ASSUMED_GPUS_PER_NODE
+    t.set("num_gpus_per_node", per_node, "cluster.num_gpus_per_node")
     if highest >= total:
-        t.native["num_nodes"] = highest // ASSUMED_GPUS_PER_NODE + 1
+        t.native["num_nodes"] = highest // per_node + 1
 
 
 def _lengths(t: Translation) -> None:
     seq, prompt = t.get("runner.seq_length"), t.get("data.max_prompt_length", 1024)
     if seq is None:
-        t.required("runner.seq_length", "prompt + response tokens")
+        t.required("runner.seq_length", "prompt + response tokens", 2048)
         return
     if seq <= prompt:
         t.error("runner.seq_length", f"{seq} leaves no room for a response after data.max_prompt_length = {prompt}")

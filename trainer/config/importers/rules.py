@@ -5,8 +5,9 @@ Each importer is a list of `Rule`s (source key -> native key + optional converte
 The engine walks the foreign file, applies the rules, and turns everything it cannot place into
 ConfigIssues. A key of the framework's surface (surface.py: every key of its releases) without a
 rule is known but has no effect here: a warning with the value and the reason when it differs from
-the release's default. A key in no release is an error naming the closest known key (a typo), and
-Hydra's `???` placeholder is an error asking for the value. `_target_` meta keys are ignored.
+the release's default. A key in no release is a warning too ("not used by PolicyLab", naming the
+closest known key in case it is a typo): frameworks add keys in every release, and a foreign file is
+read liberally. Hydra's `???` placeholder is refused while loading (loading.missing_values). `_target_` meta keys are ignored.
 Nothing is dropped silently.
 """
 
@@ -127,9 +128,10 @@ class Translation:
             return lookup(self.given, whole.group(1))[1]
         return _REFERENCE.sub(lambda m: str(lookup(self.given, m.group(1))[1]), text)
 
-    def required(self, path: str, what: str = "") -> None:
-        """A value the framework requires and the file leaves unset (or as `???`)."""
-        self.error(path, f"required: set {path}{f' ({what})' if what else ''}")
+    def required(self, path: str, what: str = "", example: Any = None) -> None:
+        """A value the framework requires and the file leaves unset (or as `???`), with the override that sets it."""
+        override = f"; e.g. with the override {path}={'<value>' if example is None else example}"
+        self.error(path, f"required: set {path}{f' ({what})' if what else ''}{override}")
 
     def set(self, path: str, value: Any, source: str) -> None:
         """Write a native value; a second source disagreeing with the first is reported and the first wins,
@@ -204,13 +206,13 @@ def closest_key(path: str, known: Sequence[str]) -> str | None:
 
 
 def apply_rules(t: Translation, rules: Sequence[Rule]) -> None:
-    """Map every key of `t.raw` with its rule; known keys without one are warnings, unknown keys errors."""
+    """Map every key of `t.raw` with its rule; known keys without one and unknown keys are warnings."""
     by_source = {rule.source: rule for rule in rules}
     known = sorted({*by_source, *(t.surface.key_set if t.surface else ())})
     for path, value in leaves(t.raw, by_source):
         if path.rpartition(".")[2] == "_target_":
             continue  # Hydra's instantiation meta key: which class the framework builds, no setting
-        if value == MISSING_VALUE:
+        if value == MISSING_VALUE:  # a file read through loading never gets here (loading.missing_values)
             t.required(path, f"{t.fmt} leaves it as ??? for you to fill in")
             continue
         rule = by_source.get(path)
@@ -220,10 +222,8 @@ def apply_rules(t: Translation, rules: Sequence[Rule]) -> None:
                 continue
             if any(k.startswith(f"{path}.") for k in known) and (value is None or value == {}):
                 continue  # an empty section such as `critic:` with nothing in it
-            close = closest_key(path, known)
-            hint = f"; did you mean {close}?" if close else ""
-            t.error(path, f"unknown key for {t.fmt}: {path.rpartition('.')[2]!r} is not a {t.fmt} setting of "
-                    f"any known release{hint}")
+            if value is not None:  # an unknown key left unset chooses nothing
+                unknown_key(t, path, value, known)
             continue
         if rule.derived or value is None:
             continue
@@ -237,7 +237,10 @@ def apply_rules(t: Translation, rules: Sequence[Rule]) -> None:
         try:
             converted = rule.convert(value) if rule.convert else value
         except (ValueError, TypeError) as exc:
-            t.error(path, str(exc))
+            table = getattr(rule.convert, "table", None)
+            fix = f"; to run this file with {next(iter(table))} instead, use the override {path}={next(iter(table))}" \
+                if table else ""
+            t.error(path, f"{exc}{fix}")
             continue
         t.set(rule.target, converted, path)
 
@@ -259,6 +262,15 @@ def inactive_native(path: str) -> bool:
         model = models[0] if len(models) == 1 else None
         index += 2 if is_dict else 1
     return False
+
+
+def unknown_key(t: Translation, path: str, value: Any, known: Sequence[str]) -> None:
+    """A key of no release this importer knows: a warning naming it (and the nearest known key, in case it is a
+    typo), never an error. Frameworks add keys in every release; a foreign file is read liberally."""
+    close = closest_key(path, known)
+    hint = f"; did you mean {close}?" if close else ""
+    t.warn(path, f"= {_short(value)} not used by PolicyLab: unknown key for {t.fmt} ({path.rpartition('.')[2]!r} is "
+           f"not a {t.fmt} setting of any release this importer knows){hint}")
 
 
 def _without_effect(t: Translation, path: str, value: Any) -> None:
@@ -292,6 +304,7 @@ def choice(table: Mapping[Any, Any], what: str) -> Callable[[Any], Any]:
     same = [str(k) for k, v in table.items() if k == v]
     parts = ([", ".join(renamed)] if renamed else []) + ([f"same names: {', '.join(same)}"] if same else [])
     convert.__doc__ = "; ".join(parts)
+    convert.table = dict(table)  # type: ignore[attr-defined]  # read back by importers.engines (which name means X)
     return convert
 
 

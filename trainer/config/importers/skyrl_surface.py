@@ -3,7 +3,8 @@ deepspeed_config and skyrl_gym_config groups it composes, and later the typed Sk
 
 Families: early (before v0.1.0: `use_kl_estimator_k3`, `ppo_loss_type`), v0.1 (v0.1.0 – v0.2.x:
 `kl_estimator_type`, `policy_loss_type`, `loss_reduction`, schedulers, dynamic sampling, TIS), v0.3
-(v0.3.0 – v0.4.x: LoRA, Megatron, the reference's own model path, stop strings, chat templates) and
+(v0.3.0 – v0.4.x: LoRA, Megatron, the reference's own model path, stop strings, chat templates; v0.4's
+off_policy_correction, LoRA init_method, log_path, generator.model_name) and
 main (2026: inference-engine settings moved under `generator.inference_engine`, fully-async
 training, SAPO/CISPO/clip-cov/kl-cov losses).
 """
@@ -136,6 +137,16 @@ _ADD_V03: Flat = {
                 "served_model_name": None, "fully_sharded_loras": False, "enable_ray_prometheus_stats": False,
                 "enforce_eager": True}),
     f"{T}.rope_scaling": None, f"{T}.rope_theta": None,
+    # v0.4: rollout-vs-trainer importance correction, LoRA init, infra log path, the engine's model name, and the
+    # new inference layer's URLs (flat under generator until main moved them into generator.inference_engine)
+    **under(f"{ALG}.off_policy_correction", {
+        "tis_ratio_type": None, "token_tis_ratio_clip_high": 2.0, "sequence_tis_ratio_clip_high": 5.0,
+        "sequence_mask_metric": None, "geo_mask_high": 1.01, "geo_mask_low": 0.99, "product_mask_high": 2.0,
+        "product_mask_low": 0.5, "outlier_token_is_threshold_low": None, "outlier_token_is_threshold_high": None}),
+    f"{T}.policy.model.lora.init_method": "kaiming", f"{T}.critic.model.lora.init_method": "kaiming",
+    f"{T}.log_path": "/tmp/skyrl-logs", f"{T}.exclude_modules": None,
+    f"{G}.model_name": "${trainer.policy.model.path}", f"{G}.external_proxy_url": None,
+    f"{G}.external_server_urls": None,
 }
 _DROP_V03 = [f"{PL}.colocate_critic_reward", f"{PL}.reward_num_nodes", f"{PL}.reward_num_gpus_per_node",
              f"{T}.reward.", f"{T}.target_modules", f"{T}.use_orm_score", f"{ALG}.use_kl_estimator_k3",
@@ -160,7 +171,8 @@ def _main(previous: Flat) -> Flat:
         f"{T}.fully_async.num_parallel_generation_workers": 768, f"{ALG}.sapo.tau_pos": 1.0,
         f"{ALG}.sapo.tau_neg": 1.05, f"{ALG}.cispo.cispo_eps_clip_low": 0.0, f"{ALG}.cispo.cispo_eps_clip_high": 5.0,
         f"{T}.policy.optimizer_config.scheduler": "constant_with_warmup",
-    }, drop=[f"{G}.{key}" for key in _ENGINE_KEYS] + [f"{T}.s3_export.", f"{T}.sequence_parallel_backend"])
+    }, drop=[f"{G}.{key}" for key in _ENGINE_KEYS] + [f"{T}.s3_export.", f"{T}.sequence_parallel_backend",
+                                                      f"{G}.external_proxy_url", f"{G}.external_server_urls"])
 
 
 def _families() -> tuple[Family, ...]:
@@ -247,6 +259,15 @@ NOTES: dict[str, str] = {
     f"{G}.inference_engine_pipeline_parallel_size": "pipeline-parallel engines are not built",
     f"{G}.inference_engine.pipeline_parallel_size": "pipeline-parallel engines are not built",
     f"{ALG}.init_kl_coef": "KL in the reward is weighted by kl_loss_coef (init_kl_coef), as in SkyRL from v0.1",
+    f"{ALG}.off_policy_correction": "SkyRL's rollout-vs-trainer importance correction is not applied: old log-probs "
+    "are recomputed by actor_train and the loss uses them uncorrected (the native off_policy_correction acts on "
+    "stale batches only)",
+    f"{T}.policy.model.lora.init_method": "LoRA adapters start from PEFT's default initialisation",
+    f"{T}.log_path": "logs go to the run directory (events.jsonl and the trainer log)",
+    f"{T}.exclude_modules": "LoRA adapters go on lora_target modules only",
+    f"{G}.model_name": "the engine serves actor_infer's model (model_args.model_name_or_path)",
+    f"{G}.external_proxy_url": "remote inference engines are not supported",
+    f"{G}.external_server_urls": "remote inference engines are not supported",
     f"{ALG}.kl_target": "the KL target is kl_ctrl.kl_target (SkyRL v0.1 on) with an adaptive controller",
 }
 OPEN_SECTIONS: dict[str, str] = {
@@ -269,6 +290,8 @@ BUILTINS: dict[str, BuiltinConfig] = {
     "deepspeed_config/train": BuiltinConfig("fsdp", "deepspeed_config.train"),
     "deepspeed_config/eval": BuiltinConfig("fsdp", "deepspeed_config.eval"),
     "skyrl_gym_config/default": BuiltinConfig("fsdp", "environment.skyrl_gym", package="environment.skyrl_gym"),
+    "megatron_config/policy": BuiltinConfig("fsdp", f"{T}.policy.megatron_config"),
+    "megatron_config/ref": BuiltinConfig("fsdp", f"{T}.ref.megatron_config"),
 }
 
 SURFACE = Surface(framework="skyrl", families=_families(), notes=NOTES, open_sections=OPEN_SECTIONS,

@@ -9,7 +9,8 @@ to tell the three kinds of key apart:
 - a key in a family's table (or under an open section such as `engine_kwargs.vllm`) without a rule:
   known, without effect here; set to something other than that family's default it is a warning
   with the reason from `notes`;
-- any other key: an unknown key, an error naming the nearest known one (a real typo).
+- any other key: unknown to every release here, a warning ("not used by PolicyLab") naming the nearest
+  known key in case it is a typo; a foreign file is read liberally (issue 31).
 
 The family of a file is the one that knows most of its keys (the newest one on ties, then the one
 whose defaults the file repeats most), so a v0.3 file is judged against v0.3's defaults. `trees`

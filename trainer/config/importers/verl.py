@@ -208,6 +208,9 @@ RULES: list[Rule] = [
          "are left out of the loss, without DAPO's replacement sampling)"),
     Rule("algorithm.filter_groups.metric", "difficulty_mask", "seq_reward", derived=True,
          note="acc, score, seq_reward, seq_final_reward"),
+    # recipes whose objective is not built: refused (running them as PPO would train something else)
+    *[Rule(key, None, example, derived=True, note=f"refused: {what} is not built") for key, (what, example)
+      in {"algorithm.tb_coef": ("FlowRL's trajectory-balance objective (recipe/flowrl)", 15.0)}.items()],
     Rule("algorithm.filter_groups.max_num_gen_batches", None, 10, implied=0,
          note="replacement prompts are not drawn; filtered groups shrink the batch"),
     Rule("reward_model.overlong_buffer.enable", None, True, implied=False,
@@ -497,6 +500,7 @@ def finish(t: Translation) -> None:
         warn_unused(t, "critic", "no critic is created (critic.enable is false, or unset and adv_estimator is not "
                     "gae)")
     _refuse_multi_turn(t)
+    _refuse_unbuilt_objectives(t)
     if t.native.get("policy_loss", "ppo") == "ppo":  # verl's vanilla loss bounds A < 0 at clip_ratio_c (dual clip)
         t.native["dual_clip_loss"] = True
         t.origin.setdefault("dual_clip_loss", f"{ARR}.actor.clip_ratio_c")
@@ -593,8 +597,18 @@ def _refuse_multi_turn(t: Translation) -> None:
     if t.get(path):
         t.error(path, "true is refused: verl's multi-turn rollouts (tool calls, interactions) are not supported (the "
                 "agentic pipeline plays ROLL environments: train_env_manager, custom_envs), and running this config "
-                "single-turn would train something else; "
-                "set it to false only for a single-turn task")
+                "single-turn would train something else; for a single-turn task, use the override "
+                f"{path}=false")
+
+
+def _refuse_unbuilt_objectives(t: Translation) -> None:
+    """A recipe key that selects another objective: without it the file would train PPO instead, so it is refused,
+    naming the override that removes it (for a user who does want PPO)."""
+    for rule in RULES:
+        if rule.note.startswith("refused:") and t.has(rule.source):
+            t.error(rule.source, f"= {t.get(rule.source)!r} is refused: {rule.note.removeprefix('refused: ')}, and "
+                    f"running this file without it trains PPO instead; to train PPO with this file, remove it with "
+                    f"the override ~{rule.source}")
 
 
 def _megatron_optimizer(t: Translation, role: str, src: str) -> None:
@@ -657,8 +671,9 @@ def _micro_batches(t: Translation, total: int) -> None:
                 t.warn(rule.source, f"ignored: {rule.source}_per_gpu is set and takes precedence")
                 continue
             if value % dp:
-                t.error(rule.source, f"{value} (a global micro-batch) is not divisible by the {dp} devices; "
-                        f"use {rule.source.rpartition('.')[2]}_per_gpu")
+                t.error(rule.source, f"{value} (a global micro-batch) is not divisible by the {dp} data-parallel "
+                        f"ranks; set the per-GPU size instead, e.g. with the override "
+                        f"{rule.source}_per_gpu={max(1, value // dp)}")
                 continue
             value //= dp
         t.set(rule.target, value, rule.source)
@@ -685,7 +700,7 @@ def _optimizer_steps(t: Translation, role: str, src: str, n: int, dp: int) -> No
             t.set(micro_path, 1, path)
         else:
             t.required(f"{src}.ppo_micro_batch_size_per_gpu", "verl refuses a config without a micro-batch size "
-                       "unless use_dynamic_bsz; e.g. 4")
+                       "unless use_dynamic_bsz", 4)
             return
     samples = mini * n
     if samples % (micro * dp):
@@ -744,7 +759,7 @@ def _rewards(t: Translation, dp: int) -> None:
             section["reward_kwargs"] = {"max_length": t.get("reward_model.max_length")}
         t.native["rewards"] = {"reward_model": section}
         if not t.has("reward_model.model.path"):
-            t.required("reward_model.model.path", "reward_model.enable is true")
+            t.required("reward_model.model.path", "reward_model.enable is true", "/path/to/reward_model")
         return
     t.native["rewards"] = {"math": {"reward_type": "math_rule"}}
     for key in ("model.path", "micro_batch_size_per_gpu", "micro_batch_size", "max_length",
@@ -772,7 +787,7 @@ def _schedule(t: Translation) -> None:
         if mode not in table:
             t.error("trainer.resume_mode", f"{mode!r} is not a verl resume mode; valid: auto, disable, resume_path")
         elif mode == "resume_path" and not t.has("trainer.resume_from_path"):
-            t.required("trainer.resume_from_path", "resume_mode is resume_path")
+            t.required("trainer.resume_from_path", "resume_mode is resume_path", "/path/to/global_step_N")
         else:
             t.set("resume_from_checkpoint", table[mode], "trainer.resume_mode")
     elif t.has("trainer.resume_from_path"):

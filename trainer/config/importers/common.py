@@ -37,7 +37,9 @@ def other_engine_names(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Config
     issues: list[ConfigIssue] = []
     out = copy.deepcopy(raw)
     sections = [(k, v) for k, v in out.items() if isinstance(v, dict)]
-    sections += [(f"rewards.{k}", v) for k, v in (out.get("rewards") or {}).items() if isinstance(v, dict)]
+    rewards = out.get("rewards")
+    if isinstance(rewards, dict):  # anything else is the schema's to refuse, with its field path
+        sections += [(f"rewards.{k}", v) for k, v in rewards.items() if isinstance(v, dict)]
     for role, section in sections:
         args = section.get("strategy_args")
         cfg = args.get("strategy_config") if isinstance(args, dict) else None

@@ -368,7 +368,9 @@ FAULTS = [
     Fault(UNDISTURBED, nothing),
     Fault("kill -9 Celery worker", kill_service("Celery worker", is_celery("worker")), takes_over=True),
     Fault("kill -9 Ray driver (trainer)", kill_driver, r"exit code (-9|137)"),  # 137: 128 + SIGKILL, via the shell
-    Fault("kill -9 worker actor", kill_actor, r"role 'actor_train' rank 0: \w+ failed: Actor"),
+    # killed mid-step the actor's own call fails ("Actor died…"); killed while actor_infer fetches the weights
+    # it published, that fetch names it as their producer ("full_state_dict failed: its result was lost")
+    Fault("kill -9 worker actor", kill_actor, r"role 'actor_train' rank 0: \w+ failed: (Actor|its result was lost)"),
     Fault(SECOND_NODE, kill_second_node, r"role 'actor_infer' rank 0: \w+ failed: |exit code 1\b"),
     Fault("kill -9 ingest consumer", kill_service("ingest consumer", is_manage("ingest_events"))),
     Fault("kill -9 web server", kill_service("web server", is_daphne)),

@@ -9,7 +9,6 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from django.test import Client
 
 from policylab.experiments.models import Project, Run
 from tests.platform.experiments.test_pages import form_fields
@@ -20,13 +19,6 @@ pytestmark = pytest.mark.django_db
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEMO = REPO_ROOT / "examples" / "demo_grpo_cpu.yaml"
 VERL = REPO_ROOT / "examples" / "foreign" / "verl_grpo_gsm8k.yaml"
-
-
-@pytest.fixture
-def browser(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
 
 
 @pytest.fixture

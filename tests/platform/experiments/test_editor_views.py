@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from django.test import Client
 
 from policylab.experiments.models import Experiment, Project
 from tests.platform.experiments.test_pages import form_fields
@@ -16,13 +15,6 @@ from trainer.config import config_json_schema
 pytestmark = pytest.mark.django_db
 REPO_ROOT = Path(__file__).resolve().parents[3]
 VERL = (REPO_ROOT / "examples" / "foreign" / "verl_grpo_gsm8k.yaml").read_text()
-
-
-@pytest.fixture
-def browser(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
 
 
 @pytest.fixture

@@ -30,13 +30,6 @@ def quotas(settings):
     settings.POLICYLAB_QUOTA_SAMPLES_PER_STEP = 256  # the demo: 16 prompts x 8 samples = 128
 
 
-@pytest.fixture
-def browser(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
 def launch(api, experiment, *overrides: str):
     return api.post(f"/api/experiments/{experiment.pk}/runs/", {"overrides": list(overrides)}, format="json")
 

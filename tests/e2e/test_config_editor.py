@@ -15,7 +15,7 @@ def test_edit_validate_save_launch_and_watch_the_status(signed_in, live_server, 
     from playwright.sync_api import expect
 
     from policylab.experiments.models import Experiment, Run
-    from policylab.jobs.services import cancel_run
+    from policylab.experiments.services import request_cancel
 
     page = signed_in
     page.goto(f"{live_server.url}/projects/{web_user.project.pk}/experiments/new/")
@@ -66,4 +66,4 @@ def test_edit_validate_save_launch_and_watch_the_status(signed_in, live_server, 
     run.refresh_from_db()
     assert run.attempts.exists()
     if run.is_active:  # don't leave training running on the shared Ray head
-        cancel_run(run)
+        request_cancel(run)

@@ -105,9 +105,9 @@ def test_launch_then_cancel_from_the_run_page_ends_cancelled_and_stays_so(
         finally:
             run.refresh_from_db()
             if run.is_active:  # never leave training running on the shared Ray head
-                from policylab.jobs.services import cancel_run
+                from policylab.experiments.services import request_cancel
 
-                cancel_run(run)
+                request_cancel(run)
     run.refresh_from_db()
     assert (run.status, run.message) == ("cancelled", "cancelled by user")
     assert list(run.attempts.values_list("number", "status")) == [(1, "cancelled")]  # nothing retried

@@ -199,7 +199,7 @@ def test_a_real_trainer_run_launched_through_the_platform_streams_to_the_page(
         finally:
             run.refresh_from_db()
             if run.is_active:  # never leave training running on the shared Ray head
-                from policylab.jobs.services import cancel_run
+                from policylab.experiments.services import request_cancel
 
-                cancel_run(run)
+                request_cancel(run)
         assert run.status == RunStatus.SUCCEEDED

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 
-from policylab.api import views
+from policylab.api import tracking_views, views
 from policylab.api.permissions import SchemaReaders
 
 app_name = "api"
@@ -26,4 +26,16 @@ urlpatterns = [
     path("configs/validate/", views.ConfigValidate.as_view(), name="config-validate"),
     path("tokens/", views.TokenList.as_view(), name="token-list"),
     path("tokens/<int:pk>/", views.TokenDetail.as_view(), name="token-detail"),
+]
+
+# The REST endpoints of a run's tracking data. policylab.urls serves them beside tracking's pages, in the
+# `tracking` namespace: pages, scripts and clients name them "tracking:api-metrics" and so on.
+tracking_urlpatterns = [
+    path("api/runs/<int:run_id>/metrics/", tracking_views.RunMetrics.as_view(), name="api-metrics"),
+    path("api/runs/<int:run_id>/rollouts/", tracking_views.RunRollouts.as_view(), name="api-rollouts"),
+    path("api/runs/<int:run_id>/metrics/export/", tracking_views.RunMetricsExport.as_view(), name="api-metrics-export"),
+    path("api/runs/<int:run_id>/checkpoints/", tracking_views.RunCheckpoints.as_view(), name="api-checkpoints"),
+    path("api/runs/<int:run_id>/logs/", tracking_views.RunLogs.as_view(), name="api-logs"),
+    path("api/runs/<int:run_id>/events/", tracking_views.RunEvents.as_view(), name="api-events"),
+    path("api/chart-pins/", tracking_views.ChartPins.as_view(), name="api-chart-pins"),
 ]

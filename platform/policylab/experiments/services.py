@@ -25,11 +25,13 @@ from django.utils import timezone
 from policylab.accounts.models import Team
 from policylab.accounts.scoping import require_admin, require_write
 from policylab.experiments import statuses
+from policylab.experiments.flat_config import effective_config
 from policylab.experiments.models import Experiment, Project, Run
+from policylab.experiments.paths import path_policy
 from policylab.experiments.quotas import Quotas, concurrency_refusal, config_quota_issues
 from policylab.experiments.run_state import write_run_state
+from policylab.experiments.signals import run_cancel_requested, run_queued, send_on_commit
 from policylab.redaction import hide_server_paths
-from policylab.tracking.compare import effective_config
 from trainer.config import (
     ConfigError,
     ConfigIssue,
@@ -38,7 +40,7 @@ from trainer.config import (
     load_raw,
     validate_config,
 )
-from trainer.config.confinement import PathPolicy, check_confinement, rebase_paths
+from trainer.config.confinement import check_confinement, rebase_paths
 from trainer.config.importers import detect_format
 from trainer.config.preflight import preflight
 
@@ -75,15 +77,6 @@ def canonical_hash(config: Mapping[str, Any]) -> str:
 
 def issue(path: str, message: str) -> ConfigIssue:
     return ConfigIssue(path=path, message=message, severity="error")
-
-
-def path_policy(run_dir: Path | None = None) -> PathPolicy:
-    """What runs may touch in this deployment: files under settings.POLICYLAB_READ_ROOTS and the run dir,
-    URLs under POLICYLAB_URL_PREFIXES, and the system_envs POLICYLAB_SYSTEM_ENVS_ALLOW adds."""
-    return PathPolicy(
-        tuple(settings.POLICYLAB_READ_ROOTS), settings.POLICYLAB_TRAINER_WORKDIR, str(run_dir) if run_dir else None,
-        tuple(settings.POLICYLAB_URL_PREFIXES), tuple(settings.POLICYLAB_SYSTEM_ENVS_ALLOW),
-    )
 
 
 def validate_on_platform(
@@ -240,13 +233,6 @@ def file_format(text: str) -> str:
     return fmt or "unknown"
 
 
-def jobs_services():
-    """The jobs app's service module (imported late: it pulls in Celery)."""
-    from policylab.jobs import services
-
-    return services
-
-
 def launch_run(experiment: Experiment, user, overrides: Sequence[str] | Mapping[str, Any] | None = None) -> Run:
     """Create a queued Run of `experiment` and hand it to the jobs app for supervision. The config is
     checked again: the deployment's confinement and quotas may have changed since it was saved."""
@@ -257,7 +243,7 @@ def launch_run(experiment: Experiment, user, overrides: Sequence[str] | Mapping[
     with transaction.atomic():
         take_run_slot(team)
         run = Run.objects.create(experiment=experiment, created_by=user, overrides=dotlist)
-        jobs_services().launch_run(run)  # enqueues supervision once the transaction commits
+        send_on_commit(run_queued, run.pk)  # jobs enqueues its supervision once the transaction commits
     return run
 
 
@@ -272,6 +258,20 @@ def take_run_slot(team: Team) -> None:
         raise QuotaExceeded(refusal)
 
 
+def request_cancel(run: Run) -> bool:
+    """Flag a live run and move it to `cancelling` in one compare-and-set; once that commits, jobs stops its Ray
+    job (signals.run_cancel_requested) and its supervisor records `cancelled`. False (and nothing done) when the
+    run is no longer cancellable: already cancelling, or finished. `run` is refreshed either way."""
+    requested = write_run_state(
+        run.pk, only_if=Q(status__in=statuses.CANCEL_FROM), cancel_requested=True, status=statuses.CANCELLING,
+        message="cancelling: stopping the Ray job", eta_seconds=None,
+    )
+    if requested:
+        send_on_commit(run_cancel_requested, run.pk)
+    run.refresh_from_db()
+    return requested
+
+
 @dataclass(frozen=True)
 class CancelOutcome:
     run: Run  # as it is now
@@ -282,7 +282,7 @@ def cancel_run(run: Run, user) -> CancelOutcome:
     """Cancel a live run; idempotent: a run already cancelling or cancelled is answered as it is.
     A run that ended otherwise raises RunStateError (there is nothing to cancel)."""
     require_write(user, run.experiment.project.team)
-    if jobs_services().cancel_run(run):  # flags it `cancelling`; stops the Ray job after commit
+    if request_cancel(run):
         return CancelOutcome(run, requested=True)
     if run.status in (statuses.CANCELLING, statuses.CANCELLED):
         return CancelOutcome(run, requested=False)
@@ -290,9 +290,9 @@ def cancel_run(run: Run, user) -> CancelOutcome:
 
 
 def checkpoints_of(run: Run):
-    from policylab.tracking.models import Checkpoint
-
-    return Checkpoint.objects.filter(run=run).order_by("-step", "-pk")
+    """The run's checkpoints, newest first. Read through Run's reverse relation (tracking.Checkpoint.run): the model
+    is tracking's, and experiments does not import tracking (docs/decisions/0028-platform-apps-depend-one-way.md)."""
+    return run.checkpoints.order_by("-step", "-pk")
 
 
 def describe(checkpoint) -> str:
@@ -427,7 +427,7 @@ def resume_run(run: Run, user, checkpoint: Any = LATEST) -> Run:
                 total_steps=run_max_steps(run),
                 message=f"resumed from run {run.pk} step {target.step}",
             )
-        jobs_services().launch_run(resumed)
+        send_on_commit(run_queued, resumed.pk)
     return resumed
 
 
@@ -472,7 +472,7 @@ def fork_run(
             total_steps=max_steps if isinstance(max_steps, int) else None,
             message=f"forked from run {run.pk} step {target.step}",
         )
-        jobs_services().launch_run(child)
+        send_on_commit(run_queued, child.pk)
     return child
 
 

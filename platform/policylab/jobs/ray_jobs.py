@@ -1,6 +1,6 @@
 """The Ray Job Submission API, reduced to what the supervisor needs.
 
-`ray` is imported lazily: the web process imports this module (through jobs.services) and must
+`ray` is imported lazily: the web process may import this module (jobs.receivers pulls in the tasks) and must
 start without paying for Ray. Every HTTP request has a timeout (the SDK sets none: a dashboard that
 accepts a connection and never answers would hang a supervisor for ever). A job's output is followed
 with `LogTail` (Ray's log tail websocket) instead of fetching the whole log again and again.

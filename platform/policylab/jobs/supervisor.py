@@ -28,8 +28,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from policylab.experiments.models import Run, RunAttempt
+from policylab.experiments.paths import path_policy
 from policylab.experiments.run_state import write_run_state
-from policylab.experiments.services import path_policy
 from policylab.experiments.statuses import (
     ACTIVE,
     CANCEL_FROM,
@@ -56,9 +56,7 @@ from policylab.jobs.transitions import (
     submission_id,
     trainer_entrypoint,
 )
-from policylab.redaction import redact_credentials
-from policylab.tracking.ingest import publish_log_lines, storable
-from policylab.tracking.models import LogLine
+from policylab.tracking.services import save_driver_lines
 from trainer.config import ConfigError, load_raw, validate_config
 from trainer.config.confinement import (
     READ_ROOTS_VAR,
@@ -73,9 +71,6 @@ from trainer.telemetry.redis_stream import stream_key
 log = logging.getLogger(__name__)
 
 CONFIG_NAME = "config.yaml"
-# LogLine rows from the Ray driver's output use seq = -attempt: trainer events have seq >= 1, so
-# the two never collide, and (run, seq, line_no) stays unique and idempotent across takeovers.
-DRIVER_LOG_LEVEL = "driver"
 # How long the verdict waits for Ray to send the rest of a finished job's output through its log tail
 # before fetching the whole log instead.
 FINAL_LOG_WAIT_S = 10.0
@@ -341,18 +336,9 @@ def store_driver_lines(run: Run, attempt: RunAttempt, first: int, lines: list[st
     new = lines[launch.log_lines - first:]
     if not new:
         return True
-    now = time.time()
-    LogLine.objects.bulk_create(
-        [
-            LogLine(run=run, attempt=attempt.number, seq=-attempt.number, line_no=launch.log_lines + i,
-                    level=DRIVER_LOG_LEVEL, text=storable(redact_credentials(line)), time=now)
-            for i, line in enumerate(new)
-        ],
-        ignore_conflicts=True,
-    )
-    AttemptLaunch.objects.filter(pk=launch.pk).update(log_lines=launch.log_lines + len(new))
-    stored = LogLine.objects.filter(run=run, seq=-attempt.number, line_no__gte=launch.log_lines).order_by("line_no")
-    transaction.on_commit(lambda: publish_log_lines(run.pk, list(stored)))  # the run page's log tail, live
+    with transaction.atomic():  # the rows and the count of stored lines together; the page hears after commit
+        save_driver_lines(run, attempt=attempt.number, first_line_no=launch.log_lines, lines=new)
+        AttemptLaunch.objects.filter(pk=launch.pk).update(log_lines=launch.log_lines + len(new))
     return True
 
 

@@ -65,7 +65,7 @@ def supervise_run(run_id: int) -> str:
 @app.task(acks_late=True)
 def cancel_run(run_id: int) -> str:
     """Stop the run's Ray job now (the supervisor then records `cancelled`); make sure a
-    supervisor is there to record it (jobs.services.cancel_run flagged the run before queueing this)."""
+    supervisor is there to record it (experiments.services.request_cancel flagged the run before this was queued)."""
     attempt = RunAttempt.objects.filter(run_id=run_id).exclude(ray_job_id="").order_by("-number").first()
     outcome = "no Ray job yet"
     if attempt is not None and attempt.status in ACTIVE:

@@ -15,7 +15,8 @@ from django.conf import settings
 
 from policylab.ids import parse_id
 from policylab.tracking.access import CLOSE_ACCESS_REMOVED, access_group, may_watch
-from policylab.tracking.ingest import chunk_events, group_name
+from policylab.tracking.broadcast import group_name
+from policylab.tracking.ingest import chunk_events
 from policylab.tracking.selectors import events_after, run_for_user, run_snapshot
 
 CLOSE_NOT_FOUND = 4404
@@ -153,7 +154,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "events", "seq": max(e["seq"] for e in fresh), "events": fresh})
 
     async def run_logs(self, message: dict[str, Any]) -> None:
-        """Log lines stored outside trainer events (the Ray driver's output; ingest.publish_log_lines): they
+        """Log lines stored outside trainer events (the Ray driver's output; broadcast.publish_log_lines): they
         have no place in the seq order, so the page keys them by (seq, line_no) and drops what it has."""
         if self.sent_seq is not None and not self.closing:
             await self.send_json({"type": "logs", "lines": message["lines"]})

@@ -26,10 +26,11 @@ from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from policylab.experiments import statuses
+from policylab.experiments.flat_config import effective_config
 from policylab.experiments.models import Run, run_dir_of
 from policylab.experiments.run_state import write_run_state
 from policylab.redaction import path_in_run, redact_credentials
-from policylab.tracking.compare import effective_config
+from policylab.tracking.broadcast import group_name, publish_log_lines
 from policylab.tracking.models import (
     Checkpoint,
     IngestCursor,
@@ -39,7 +40,7 @@ from policylab.tracking.models import (
     RolloutSample,
     SystemPoint,
 )
-from policylab.tracking.selectors import checkpoint_dicts, log_colours, log_dict, run_state, stop_reason_words
+from policylab.tracking.selectors import checkpoint_dicts, log_colours, stop_reason_words
 from trainer.config.bounds import INT64_MAX
 from trainer.telemetry.events import EventError, parse_event
 
@@ -52,11 +53,6 @@ LIVE_TEXT_LIMIT = 1000
 LIVE_SAMPLES = 64
 MESSAGE_VALUES = 5000
 HEAVY_SAMPLE_KEYS = ("tokens", "token_logprobs", "token_advantages", "token_mask", "turns")
-
-
-def group_name(run_id: int) -> str:
-    """The Channels group of a run's browsers."""
-    return f"run-{run_id}"
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -423,18 +419,6 @@ def mirror_retention(run_id: int) -> None:
         Checkpoint.objects.filter(pk__in=pruned).update(deleted_at=timezone.now())
 
 
-def publish_run_state(run_id: int) -> None:
-    """Send the run's committed live state (with its version) to the run's pages (best effort)."""
-    layer = get_channel_layer()
-    run = Run.objects.filter(pk=run_id).first()
-    if layer is None or run is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.state", "run": run_state(run)})
-    except Exception:  # a channel layer outage must not fail the write that was committed
-        log.exception("run %s: publishing its state failed", run_id)
-
-
 def live_event(event: dict[str, Any], run_dir: Path | None = None) -> dict[str, Any]:
     """The event as browsers receive it: rollouts without token arrays or turns and with shortened texts;
     log lines keep their colour codes (the page renders them) and lose every other terminal escape, URL
@@ -609,23 +593,6 @@ def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> 
         async_to_sync(send_chunks)(layer, group_name(run_id), live, last_seq)
     except Exception:  # a channel layer outage must not lose the (committed) batch or stop ingest
         log.exception("run %s: publishing %d events failed", run_id, len(events))
-
-
-LOG_FRAME_LINES = 500
-
-
-def publish_log_lines(run_id: int, lines: list[LogLine]) -> None:
-    """Send log lines stored outside a trainer event (the Ray driver's output, stored by the supervisor) to the
-    run's pages, colour codes kept, at most LOG_FRAME_LINES per frame (best effort: the rows are committed)."""
-    layer = get_channel_layer()
-    if layer is None or not lines:
-        return
-    rows = [log_dict(line, colours=True) for line in lines]
-    try:
-        for start in range(0, len(rows), LOG_FRAME_LINES):
-            async_to_sync(layer.group_send)(group_name(run_id), {"type": "run.logs", "lines": rows[start:start + LOG_FRAME_LINES]})
-    except Exception:  # a channel layer outage must not fail the supervisor's sync
-        log.exception("run %s: publishing %d log lines failed", run_id, len(rows))
 
 
 def chunk_events(events: list[dict[str, Any]], max_values: int = MESSAGE_VALUES) -> Iterator[list[dict[str, Any]]]:

@@ -1,15 +1,26 @@
-"""Writes of the tracking app that come from users (ingest writes the telemetry itself)."""
+"""Writes of the tracking app that come from users, and the driver output the supervisor hands over (ingest
+writes the telemetry itself)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from django.db import transaction
+
 from policylab.experiments.models import Run
-from policylab.tracking.models import ChartPin
+from policylab.redaction import redact_credentials
+from policylab.tracking.broadcast import publish_log_lines
+from policylab.tracking.ingest import storable
+from policylab.tracking.models import ChartPin, LogLine
 from policylab.tracking.selectors import MetricColumn, pinned_keys
+
+# LogLine rows from the Ray driver's output use seq = -attempt: trainer events have seq >= 1, so
+# the two never collide, and (run, seq, line_no) stays unique and idempotent across takeovers.
+DRIVER_LOG_LEVEL = "driver"
 
 
 def set_chart_pin(user: Any, *, key: str, pinned: bool) -> list[str]:
@@ -50,3 +61,20 @@ def csv_lines(rows: Iterable[Sequence[Any]]) -> Iterator[str]:
         yield buffer.getvalue()
         buffer.seek(0)
         buffer.truncate()
+
+
+def save_driver_lines(run: Run, *, attempt: int, first_line_no: int, lines: Sequence[str]) -> None:
+    """Store `lines`, line `first_line_no` onwards of an attempt's Ray driver output (the supervisor's log tail),
+    as LogLine rows, credentials redacted; a line already stored is kept as it is. Once the surrounding
+    transaction commits, the lines from `first_line_no` on are sent to the run's pages (its live log tail)."""
+    now = time.time()
+    LogLine.objects.bulk_create(
+        [
+            LogLine(run=run, attempt=attempt, seq=-attempt, line_no=first_line_no + i,
+                    level=DRIVER_LOG_LEVEL, text=storable(redact_credentials(line)), time=now)
+            for i, line in enumerate(lines)
+        ],
+        ignore_conflicts=True,
+    )
+    stored = LogLine.objects.filter(run=run, seq=-attempt, line_no__gte=first_line_no).order_by("line_no")
+    transaction.on_commit(lambda: publish_log_lines(run.pk, list(stored)))

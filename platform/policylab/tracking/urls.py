@@ -1,6 +1,9 @@
+"""tracking's pages. The REST endpoints of a run's tracking data live in the api app (api.urls.tracking_urlpatterns);
+policylab.urls serves both in this namespace, so both are named "tracking:…"."""
+
 from django.urls import path
 
-from policylab.tracking import api, views
+from policylab.tracking import views
 
 app_name = "tracking"
 
@@ -12,11 +15,4 @@ urlpatterns = [
     path("history/", views.history, name="history"),
     path("history/csv/", views.history_csv, name="history_csv"),
     path("compare/", views.compare, name="compare"),
-    path("api/runs/<int:run_id>/metrics/", api.RunMetrics.as_view(), name="api-metrics"),
-    path("api/runs/<int:run_id>/rollouts/", api.RunRollouts.as_view(), name="api-rollouts"),
-    path("api/runs/<int:run_id>/metrics/export/", api.RunMetricsExport.as_view(), name="api-metrics-export"),
-    path("api/runs/<int:run_id>/checkpoints/", api.RunCheckpoints.as_view(), name="api-checkpoints"),
-    path("api/runs/<int:run_id>/logs/", api.RunLogs.as_view(), name="api-logs"),
-    path("api/runs/<int:run_id>/events/", api.RunEvents.as_view(), name="api-events"),
-    path("api/chart-pins/", api.ChartPins.as_view(), name="api-chart-pins"),
 ]

@@ -11,11 +11,12 @@ from django.urls import reverse
 
 from policylab.accounts.scoping import can_write
 from policylab.experiments import statuses
+from policylab.experiments.flat_config import effective_config
 from policylab.experiments.models import RunStatus
 from policylab.experiments.selectors import runs_for
 from policylab.ids import parse_id
 from policylab.tracking import selectors
-from policylab.tracking.compare import config_diff, effective_config
+from policylab.tracking.compare import config_diff
 from policylab.tracking.panels import ASYNC_CHARTS, ASYNC_PREFIX
 from policylab.tracking.services import csv_lines, history_csv_rows
 

@@ -140,7 +140,7 @@ def test_launch_creates_a_queued_run_and_hands_it_to_jobs(api_alice, alice, team
     assert response.status_code == 201, response.json()
     run = Run.objects.get(pk=response.json()["id"])
     assert run.status == "queued" and run.overrides == ["max_steps=5"] and run.created_by == alice
-    assert len(callbacks) == 1  # jobs.services.launch_run(run), after the transaction commits
+    assert len(callbacks) == 1  # signals.run_queued for jobs, after the transaction commits
     bad = api_alice.post(f"/api/experiments/{experiment.pk}/runs/", {"overrides": ["max_steps=-3"]}, format="json")
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "max_steps"
     assert Run.objects.count() == 1

@@ -85,8 +85,8 @@ def test_the_clients_and_pages_parameters_are_all_documented() -> None:
     """What the policylab client and the pages' scripts send (grep of client/ and frontend/static) is in the
     document, so the check cannot refuse them."""
     from policylab.api import query
+    from policylab.api import tracking_views as tracking_api
     from policylab.api import views as api_views
-    from policylab.tracking import api as tracking_api
 
     known = query.documented_query_parameters()
     sent = {

@@ -73,10 +73,10 @@ def stack(live_celery, settings, tmp_path: Path) -> Iterator[TrackingStack]:
 def cancel_leftovers() -> None:
     """Never leave training running on the shared Ray head."""
     from policylab.experiments.models import Run
-    from policylab.jobs.services import cancel_run
+    from policylab.experiments.services import request_cancel
 
     for run in Run.objects.filter(status__in=["queued", "submitting", "starting", "running"]):
-        cancel_run(run)
+        request_cancel(run)
 
 
 def test_submit_follow_to_success_then_inspect(cli, member, stack) -> None:

@@ -50,12 +50,12 @@ def test_a_run_cancelled_before_it_started_never_reaches_ray(experiment) -> None
 
 
 def test_a_cancel_between_reading_the_run_and_opening_its_attempt_is_not_overwritten(experiment) -> None:
-    from policylab.jobs.services import cancel_run
+    from policylab.experiments.services import request_cancel
     from policylab.jobs.supervisor import open_attempt
 
     run = Run.objects.create(experiment=experiment)  # queued: what the supervisor read
     stale = Run.objects.get(pk=run.pk)
-    assert cancel_run(run) and run.status == "cancelling"
+    assert request_cancel(run) and run.status == "cancelling"
     open_attempt(stale, 1, retry=0, launch_resume_from="")
     run.refresh_from_db()
     assert (run.status, run.cancel_requested) == ("cancelling", True)

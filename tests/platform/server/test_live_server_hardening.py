@@ -27,7 +27,7 @@ from websockets.sync.client import ClientConnection, connect
 from policylab.accounts.models import ApiToken, Membership, Role, Team
 from policylab.accounts.services import create_api_token, revoke_api_token
 from policylab.experiments.models import Experiment, Project, Run, RunStatus
-from policylab.tracking.ingest import publish_run_state
+from policylab.tracking.broadcast import publish_run_state
 
 CLOSED_WITHIN_S = 5.0
 ACCESS_REMOVED = 4403  # tracking.access: the policy violation, after HTTP's 403

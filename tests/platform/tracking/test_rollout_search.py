@@ -99,8 +99,8 @@ def test_a_query_inside_its_budget_is_left_alone():
 
 
 def test_a_search_over_budget_answers_400_naming_why(searchable, monkeypatch):
+    from policylab.api import tracking_views as api
     from policylab.query_budget import QueryStopped
-    from policylab.tracking import api
 
     @contextlib.contextmanager
     def over_budget(seconds, gone):

@@ -1,5 +1,6 @@
-"""REST endpoints of tracking (metrics series and export, rollouts, checkpoints, logs, events), authenticated and
-scoped like the platform API."""
+"""REST endpoints of a run's tracking data (metrics series and export, rollouts, checkpoints, logs, events) and of
+chart pins, authenticated and scoped like the rest of the API. Thin: the data comes from tracking's selectors and
+services. Their URLs keep the `tracking:` namespace the pages and scripts name them by (see urls below)."""
 
 from __future__ import annotations
 

@@ -34,8 +34,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
 
-from bench.platform_setup import bench_run, wait_port  # noqa: E402
-from scripts.services import free_port, service_env, start_redis  # noqa: E402
+from bench.platform_setup import bench_run, server_env, start_daphne  # noqa: E402
+from scripts.services import free_port, spawn, start_redis, stop_processes, wait_listening  # noqa: E402
 
 MLFLOW_CLIENT = r"""
 import json, sys, time
@@ -61,11 +61,6 @@ print(json.dumps({"points": len(metrics), "seconds": elapsed, "stored": stored})
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def spawn(argv: list[str], env: dict[str, str], log: Path, cwd: Path = REPO_ROOT) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def setup_django(database_url: str, redis_url: str, work: Path):
@@ -147,19 +142,15 @@ def run_mlflow(python: Path, points: int, keys: int, work: Path) -> dict | None:
     server = spawn([str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                     "--backend-store-uri", f"sqlite:///{work / 'mlflow.db'}",
                     "--default-artifact-root", str(work / "mlartifacts")],
-                   {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}"}, work / "mlflow.log")
+                   work / "mlflow.log", {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}"})
     try:
-        wait_port(port, server, "mlflow server", timeout=180)
+        wait_listening(port, server, "mlflow server", timeout=180, log_path=work / "mlflow.log")
         time.sleep(1.0)
         out = subprocess.run([str(python), "-c", MLFLOW_CLIENT, f"http://127.0.0.1:{port}", str(points), str(keys)],
                              capture_output=True, text=True, timeout=900, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_processes([server], timeout=15)
 
 
 def main() -> None:
@@ -183,12 +174,10 @@ def main() -> None:
     try:
         database_url = args.database_url or f"sqlite:///{work / 'bench.sqlite3'}"
         run, cookie = setup_django(database_url, redis.address, work)
-        env = service_env({k: os.environ[k] for k in ("DATABASE_URL", "REDIS_URL", "POLICYLAB_VAR_DIR", "POLICYLAB_RUNS_DIR", "POLICYLAB_LOG_LEVEL")})
-        port = free_port()
-        processes.append(spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "policylab.asgi:application"],
-                               env, work / "daphne.log", cwd=REPO_ROOT / "platform"))
-        processes.append(spawn([sys.executable, str(REPO_ROOT / "manage.py"), "ingest_events"], env, work / "ingest.log"))
-        wait_port(port, processes[0], "daphne")
+        env = server_env()
+        daphne, port = start_daphne(env, work)
+        processes.append(daphne)
+        processes.append(spawn([sys.executable, str(REPO_ROOT / "manage.py"), "ingest_events"], work / "ingest.log", env))
         ws_url = f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/"
 
         jsonl = run.run_dir / "events.jsonl"
@@ -229,13 +218,7 @@ def main() -> None:
                   f"{mlflow['seconds']:.2f} s = {mlflow_rate:,.0f} points/s (stored: {mlflow['stored']})")
             print(f"ratio PolicyLab / MLflow throughput: {rate / mlflow_rate:.1f}x")
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(processes, timeout=10)
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,27 +1,20 @@
 """What the platform benchmarks (ingest.py, run_page.py) share: Django on a fresh database with one run of
-a bench team, and waiting for a server they started to listen."""
+a bench team. Starting, waiting for and stopping their servers: scripts/services.py (spawn, wait_listening,
+stop_processes), which tests/platform/web_stack.py uses too."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
+from scripts.services import PLATFORM_DIR, free_port, service_env, spawn, wait_listening
 
-def wait_port(port: int, process: subprocess.Popen, what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{what} did not start (exit {process.poll()})") from None
-            time.sleep(0.2)
+# What bench_run configured, for the servers a benchmark starts.
+BENCH_ENV = ("DATABASE_URL", "REDIS_URL", "POLICYLAB_VAR_DIR", "POLICYLAB_RUNS_DIR", "POLICYLAB_LOG_LEVEL")
 
 
 def bench_run(database_url: str, redis_url: str, work: Path, **run_fields: Any) -> tuple[Any, str]:
@@ -51,3 +44,18 @@ def bench_run(database_url: str, redis_url: str, work: Path, **run_fields: Any) 
     client = Client()
     client.force_login(user)
     return run, client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def server_env() -> dict[str, str]:
+    """The environment of a server a benchmark starts: the settings bench_run configured."""
+    return service_env({k: os.environ[k] for k in BENCH_ENV})
+
+
+def start_daphne(env: dict[str, str], work: Path) -> tuple[subprocess.Popen, int]:
+    """daphne serving the platform (static files through WhiteNoise, as in production) on a free port, its
+    output in work/daphne.log; returns (the process, its port) once it listens."""
+    port = free_port()
+    server = spawn([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "policylab.asgi:application"],
+                   work / "daphne.log", env, cwd=PLATFORM_DIR)
+    wait_listening(port, server, "daphne", timeout=90, log_path=work / "daphne.log")
+    return server, port

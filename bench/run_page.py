@@ -39,8 +39,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
 
-from bench.platform_setup import bench_run, wait_port  # noqa: E402
-from scripts.services import free_port, service_env, start_redis  # noqa: E402
+from bench.platform_setup import bench_run, server_env, start_daphne  # noqa: E402
+from scripts.services import free_port, start_redis, stop_processes  # noqa: E402
 
 PEER_COMMIT = "d59419e"  # the eager run page (before issue 16)
 PEER_MODULES = ("run_detail.js", "charts.js", "live.js", "plotly_config.js")
@@ -182,14 +182,7 @@ def main() -> None:
     try:
         database_url = args.database_url or f"sqlite:///{work / 'bench.sqlite3'}"
         run, session, stored_s = setup(database_url, redis.address, work, args.keys, args.steps)
-        env = service_env({k: os.environ[k] for k in ("DATABASE_URL", "REDIS_URL", "POLICYLAB_VAR_DIR",
-                                                       "POLICYLAB_RUNS_DIR", "POLICYLAB_LOG_LEVEL")})
-        port = free_port()
-        with open(work / "daphne.log", "wb") as log:
-            server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                       "policylab.asgi:application"], env=env, cwd=REPO_ROOT / "platform",
-                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_port(port, server, "daphne")
+        server, port = start_daphne(server_env(), work)
         base = f"http://127.0.0.1:{port}"
         from django.conf import settings
 
@@ -250,11 +243,7 @@ def main() -> None:
               f"(median {statistics.median(in_page):.0f} ms, max {max(in_page):.0f} ms)")
     finally:
         if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_processes([server], timeout=10)
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
 

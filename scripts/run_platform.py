@@ -22,14 +22,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
 
-from scripts.services import (  # noqa: E402
-    DEFAULT_VAR_DIR,
-    ServiceError,
-    cpus_per_node,
-    running_services,
-    stop_on_signals,
-    watch,
-)
+from scripts.services import DEFAULT_VAR_DIR, Platform, cpus_per_node, serve  # noqa: E402
 
 
 def launch_demo_run(username: str, overrides: list[str]) -> tuple[int, bool]:
@@ -77,25 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     print("[run] migrating the database", flush=True)
     call_command("migrate", interactive=False, verbosity=0)
 
-    stop_on_signals()
-    try:
-        var_dir = Path(os.environ.get("POLICYLAB_VAR_DIR", DEFAULT_VAR_DIR))
-        with running_services(var_dir=var_dir, web_host=args.host, web_port=args.port, nodes=args.nodes,
-                              log=lambda line: print(f"[run] {line}", flush=True)) as platform:
-            username = os.environ.get("POLICYLAB_DEMO_USER", "demo")
-            call_command("bootstrap_demo", username=username)
-            url = f"http://{args.host}:{args.port}/"
-            if not args.no_demo:
-                run_id, launched = launch_demo_run(username, spread_over_nodes(args.nodes))
-                state = "launched" if launched else "already active"
-                print(f"[run] demo run {run_id} {state}: {url}runs/{run_id}/", flush=True)
-            print(f"[run] PolicyLab is up at {url} (Ctrl-C stops everything started here)", flush=True)
-            watch(platform)
-    except KeyboardInterrupt:
-        return 0
-    except ServiceError as error:
-        print(f"[run] error: {error}", file=sys.stderr)
-        return 1
+    def when_up(platform: Platform) -> None:
+        username = os.environ.get("POLICYLAB_DEMO_USER", "demo")
+        call_command("bootstrap_demo", username=username)
+        url = f"http://{args.host}:{args.port}/"
+        if not args.no_demo:
+            run_id, launched = launch_demo_run(username, spread_over_nodes(args.nodes))
+            state = "launched" if launched else "already active"
+            print(f"[run] demo run {run_id} {state}: {url}runs/{run_id}/", flush=True)
+        print(f"[run] PolicyLab is up at {url} (Ctrl-C stops everything started here)", flush=True)
+
+    var_dir = Path(os.environ.get("POLICYLAB_VAR_DIR", DEFAULT_VAR_DIR))
+    return serve(var_dir=var_dir, web_host=args.host, web_port=args.port, nodes=args.nodes,
+                 log=lambda line: print(f"[run] {line}", flush=True), when_up=when_up, error_prefix="[run] ")
 
 
 if __name__ == "__main__":

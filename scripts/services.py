@@ -181,13 +181,34 @@ def wait_until(check: Callable[[], bool], timeout: float, service: Service, what
         time.sleep(0.2)
 
 
-def _spawn(name: str, argv: list[str], log_path: Path, address: str, env: Mapping[str, str],
-           cwd: Path = REPO_ROOT) -> Service:
+def spawn(argv: list[str], log_path: Path, env: Mapping[str, str], cwd: Path = REPO_ROOT) -> subprocess.Popen:
+    """Start `argv` in a session of its own (stop_processes stops it and all it spawns), its output appended
+    to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=dict(env), cwd=cwd, start_new_session=True)
-    return Service(name=name, process=process, address=address, log_path=log_path)
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=dict(env), cwd=cwd, start_new_session=True)
+
+
+def _spawn(name: str, argv: list[str], log_path: Path, address: str, env: Mapping[str, str],
+           cwd: Path = REPO_ROOT) -> Service:
+    return Service(name=name, process=spawn(argv, log_path, env, cwd), address=address, log_path=log_path)
+
+
+def wait_listening(port: int, process: subprocess.Popen, what: str, *, timeout: float = 60.0,
+                   log_path: Path | None = None) -> None:
+    """Wait until something accepts connections on 127.0.0.1:`port`; raise ServiceError (with the tail of
+    `log_path`) when `process` exits or `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = f":\n{log_path.read_text(errors='replace')[-3000:]}" if log_path and log_path.exists() else ""
+                raise ServiceError(f"{what} did not start (exit {process.poll()}){tail}") from None
+            time.sleep(0.2)
 
 
 # --- Redis -------------------------------------------------------------------------------------
@@ -604,6 +625,25 @@ def stop_on_signals() -> None:
     signal.signal(signal.SIGINT, _interrupt)
 
 
+def serve(only: tuple[str, ...] = ALL_SERVICES, *, var_dir: Path = DEFAULT_VAR_DIR, web_host: str = "127.0.0.1",
+          web_port: int = 8000, nodes: int = 1, log: Callable[[str], None] = print,
+          when_up: Callable[[Platform], None] = lambda platform: None, error_prefix: str = "") -> int:
+    """Start what is missing of `only`, call `when_up`, and restart services that exit until Ctrl-C or SIGTERM,
+    then stop what was started here: `up`, and scripts/run_platform.py with the demo. Returns the exit code:
+    0 when interrupted, 1 when a service could not start (said on stderr after `error_prefix`)."""
+    stop_on_signals()
+    try:
+        with running_services(only, var_dir=var_dir, web_host=web_host, web_port=web_port, nodes=nodes,
+                              log=log) as platform:
+            when_up(platform)
+            watch(platform)
+    except KeyboardInterrupt:
+        return 0
+    except ServiceError as error:
+        print(f"{error_prefix}error: {error}", file=sys.stderr)
+        return 1
+
+
 def serve_postgres(port: int | None) -> int:
     """Start a throw-away PostgreSQL, print its URL on stdout, keep it until SIGTERM/Ctrl-C, remove it."""
     import shutil
@@ -651,17 +691,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_web:
         only = tuple(name for name in only if name != "web")
 
-    stop_on_signals()
-    try:
-        with running_services(only, var_dir=args.var_dir, web_host=args.host, web_port=args.port,
-                              nodes=args.nodes) as platform:
-            print("all services up; Ctrl-C stops what was started here", flush=True)
-            watch(platform)
-    except KeyboardInterrupt:
-        return 0
-    except ServiceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    return serve(only, var_dir=args.var_dir, web_host=args.host, web_port=args.port, nodes=args.nodes,
+                 when_up=lambda platform: print("all services up; Ctrl-C stops what was started here", flush=True))
 
 
 if __name__ == "__main__":

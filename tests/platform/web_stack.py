@@ -10,11 +10,8 @@ Pages learn about state changes through the Channels layer, so every process tha
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +19,7 @@ from pathlib import Path
 
 from django.conf import settings as django_settings
 
-from scripts.services import free_port, service_env
+from scripts.services import free_port, service_env, spawn, stop_processes, wait_listening
 from tests.services import database_url, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -47,18 +44,6 @@ def share_channels(settings, stack: TrackingStack) -> None:
     settings.CHANNEL_LAYERS = {"default": {**settings.CHANNEL_LAYERS["default"],
                                            "CONFIG": {**config, "hosts": hosts, "prefix": stack.channels_prefix}}}
     channel_layers.backends.clear()
-
-
-def wait_listening(process: subprocess.Popen, port: int, log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"web server did not start:\n{log.read_text()[-3000:]}") from None
-            time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -86,24 +71,11 @@ def start_tracking_stack(redis_url: str, runs_dir: Path, work: Path,
             ("web", ["runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"]),
             ("ingest", ["ingest_events", "--claim-idle-ms", "5000"]),
         ):
-            log = work / f"{name}.log"
-            with open(log, "wb") as out:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, str(REPO_ROOT / "manage.py"), *args],
-                        env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                    )
-                )
-        wait_listening(processes[0], port, work / "web.log")
+            processes.append(spawn([sys.executable, str(REPO_ROOT / "manage.py"), *args], work / f"{name}.log", env))
+        wait_listening(port, processes[0], "web server", log_path=work / "web.log")
         yield TrackingStack(url=f"http://127.0.0.1:{port}", redis_url=redis_url, channels_prefix=channels_prefix)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(processes, timeout=10)
 
 
 def off_the_browser_thread(fn: Callable[[], object]) -> None:

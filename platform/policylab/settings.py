@@ -110,6 +110,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "policylab.middleware.ApiErrorBodyMiddleware",
     "policylab.middleware.RequestSizeLimitMiddleware",
+    "policylab.middleware.NulInQueryMiddleware",
     "policylab.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -232,3 +232,18 @@ def test_the_asgi_stack_refuses_a_chunked_body_once_past_the_limit_without_readi
     assert result["unread"] >= sent - 4  # stopped reading at the limit (3 MiB + the one past it)
     if path.startswith("/api/"):
         assert json.loads(result["body"])["errors"][0]["message"] == f"request body is larger than {3 * mib} bytes"
+
+
+@pytest.mark.parametrize(("path", "named"), [
+    ("/api/runs/?search=a%00b", "search"), ("/api/runs/?sea%00rch=x", "sea\\x00rch"), ("/history/?q=%00", "q"),
+])
+def test_a_nul_character_in_a_query_parameter_is_a_400_naming_it(alice, path, named):
+    """PostgreSQL's text refuses NUL: `?search=%00` reached the runs filter and was a 500 there (found by
+    the API fuzz test on CI's PostgreSQL pass; SQLite took it)."""
+    client = Client()
+    client.force_login(alice)
+    response = client.get(path)
+    assert response.status_code == 400
+    message = response.json()["errors"][0]["message"] if path.startswith("/api/") else response.content.decode()
+    assert message.startswith(f"query parameter {named!r} holds a NUL character")
+    assert client.get(path.replace("%00", "")).status_code == 200

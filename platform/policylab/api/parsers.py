@@ -6,6 +6,8 @@
 - A lone UTF-16 surrogate (`"\\ud800"`) is legal JSON text but not Unicode: Python keeps it in a
   str, and the response renderer or the database driver then fails to encode it (a 500). Such a
   body is refused here, naming where the string is.
+- NUL (`"\\u0000"`) is legal JSON and Unicode, but PostgreSQL's text and jsonb refuse it (a 500 from
+  the driver where SQLite stored it): refused the same way.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from rest_framework.utils import json as drf_json
 MAX_JSON_DEPTH = 64
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # the only way a surrogate gets into JSON text
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# the only ways a surrogate or a NUL gets into JSON text (raw control characters are refused by the parser)
+_UNSTORABLE_ESCAPE = re.compile(r"\\u([dD][89a-fA-F]|0000)")
+_UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
 
 
 def json_depth_exceeds(text: str, limit: int) -> bool:
@@ -38,18 +41,18 @@ def json_depth_exceeds(text: str, limit: int) -> bool:
     return False
 
 
-def lone_surrogate_path(data: Any) -> str | None:
-    """The dotted path of the first key or string holding a surrogate code point, else None."""
+def unstorable_string_path(data: Any) -> str | None:
+    """The dotted path of the first key or string holding a surrogate code point or a NUL, else None."""
     stack: list[tuple[str, Any]] = [("", data)]
     while stack:
         path, node = stack.pop()
         if isinstance(node, str):
-            if _SURROGATE.search(node):
+            if _UNSTORABLE.search(node):
                 return path or "(the body)"
         elif isinstance(node, dict):
             for key, value in node.items():
                 child = f"{path}.{key}" if path else str(key)
-                if _SURROGATE.search(key):
+                if _UNSTORABLE.search(key):
                     return child
                 stack.append((child, value))
         elif isinstance(node, list):
@@ -65,13 +68,14 @@ def parse_json_text(text: str, *, strict: bool = True) -> Any:
         data = drf_json.loads(text, parse_constant=drf_json.strict_constant if strict else None)
     except ValueError as exc:
         raise ParseError(f"JSON parse error - {exc}") from None
-    if _SURROGATE_ESCAPE.search(text):
-        path = lone_surrogate_path(data)
+    if _UNSTORABLE_ESCAPE.search(text):
+        path = unstorable_string_path(data)
         if path is not None:
-            path = path.encode("utf-8", "backslashreplace").decode()  # a key may hold the surrogate
+            path = path.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")  # keys may hold it
             raise ParseError(
-                f"JSON parse error - the string at {path} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
-                "which is not a Unicode character; send each non-BMP character as a surrogate pair or as UTF-8"
+                f"JSON parse error - the string at {path} holds a NUL (\\u0000) or a lone UTF-16 surrogate "
+                "(\\ud800-\\udfff), which the database cannot store; drop the NUL, and send each non-BMP "
+                "character as a surrogate pair or as UTF-8"
             )
     return data
 

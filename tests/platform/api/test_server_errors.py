@@ -116,6 +116,31 @@ def test_a_lone_surrogate_in_a_json_body_answers_400(api_alice, where):
     assert "surrogate" in error["message"]
 
 
+@pytest.mark.parametrize("where", ["name", "config_value", "key"])
+def test_a_nul_in_a_json_body_answers_400_naming_where(api_alice, where):
+    """PostgreSQL's text and jsonb refuse NUL: stored, it was a 500 from the driver (SQLite took it)."""
+    bodies = {
+        "name": '{"project": 1, "name": "a\\u0000b", "config": {}}',
+        "config_value": '{"config": {"exp_name": "a\\u0000b"}}',
+        "key": '{"config": {"exp\\u0000name": 1}}',
+    }
+    url = "/api/experiments/" if where == "name" else "/api/configs/validate/"
+    response = api_alice.generic("POST", url, bodies[where], content_type="application/json")
+    assert response.status_code == 400
+    (error,) = errors_of(response)
+    assert "NUL" in error["message"] and {"name": "name", "config_value": "config.exp_name",
+                                            "key": "config.exp\\x00name"}[where] in error["message"]
+
+
+def test_a_yaml_nul_escape_in_a_new_experiment_is_refused_or_stored_without_a_server_error(api_alice, team_a):
+    """YAML's "\\0" escape makes a NUL that no JSON parser saw; creating the experiment must not be a 500."""
+    project = api_alice.post("/api/projects/", {"team": team_a.pk, "name": "nul"}, format="json").json()["id"]
+    response = api_alice.post("/api/experiments/", {"project": project, "name": "nul",
+                                                    "config": 'exp_name: "a\\0b"\n'}, format="json")
+    assert response.status_code in (201, 400), response.content
+    response.json()
+
+
 def test_a_valid_surrogate_pair_is_just_a_character(api_alice):
     response = api_alice.generic(
         "POST", "/api/configs/validate/", '{"config": {"exp_name": "run \\ud83d\\ude00"}}', content_type="application/json"

@@ -185,6 +185,80 @@ def topr_policy_loss(
     return LossOutput(loss, metrics)
 
 
+def topr_token_policy_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    scores: Tensor,
+    *,
+    positive_weight: float = 1.0,
+    negative_weight: float = 1.0,
+    agg: LossAgg | None = None,
+    sample_weights: Tensor | None = None,
+) -> LossOutput:
+    """TOPR as ROLL's `actor_train.pg_variant: topr` computes it (`compute_topr_pg_loss_mat`), with
+    per-token ratios r_it = exp(log π_it − log π_old,it) and the knobs w₊ = `topr_positive_weight`,
+    w₋ = `topr_negative_weight`:
+
+        l_it = w₊·(−A_it·log π_it)                       if score_i > 0   (SFT-like, no ratio)
+        l_it = w₋·(−sg(clip(r_it, 0, 1))·A_it·log π_it)  if score_i ≤ 0   (truncated IS, no gradient
+                                                                          through the weight)
+    The sign comes from `scores` [batch] (the sequence reward, as ROLL splits on `scores > 0`).
+    `topr_policy_loss` is the paper's sequence-level reading (`use_topr_loss`); this is ROLL's
+    token-level one. `sample_weights` as in ppo_policy_loss.
+    Metrics: positive_fraction, negative_clipfrac (negative samples' real tokens with r outside
+    [0, 1]), approx_kl, ppo_kl, ratio_*.
+    """
+    check_same_shape(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
+    )
+    mask = as_bool_mask(response_mask)
+    if scores.shape != (mask.shape[0],):
+        raise ValueError(f"scores must have shape ({mask.shape[0]},), got {tuple(scores.shape)}")
+    agg = agg or LossAgg()
+    log_probs = fill_masked(log_probs, mask)
+    log_ratio = log_probs - fill_masked(old_log_probs, mask)
+    ratio = log_ratio.detach().exp()
+    positive = (scores > 0).unsqueeze(-1)
+    weights = torch.where(positive, torch.full_like(ratio, positive_weight), negative_weight * ratio.clamp(0.0, 1.0))
+    losses = -weights * fill_masked(advantages, mask) * log_probs
+    negative_tokens = mask & ~positive
+    metrics = {
+        "positive_fraction": float((scores > 0).float().mean()) if scores.numel() else 0.0,
+        "negative_clipfrac": float(masked_mean((ratio > 1.0).float(), negative_tokens)),
+    }
+    metrics |= _ratio_metrics(ratio, log_ratio, mask)
+    loss = agg(losses, mask, sample_weights)
+    metrics["pg_loss"] = float(loss.detach())
+    return LossOutput(loss, metrics)
+
+
+def topr_negative_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    scores: Tensor,
+    agg: LossAgg | None = None,
+) -> Tensor:
+    """TOPR's negative-sample term that ROLL adds to the PPO loss with `use_topr_neg_loss_coef`:
+
+        agg over real tokens of samples with score_i ≤ 0 of  −sg(clip(r_it, 0, 1))·A_it·log π_it,
+        r_it = exp(log π_it − log π_old,it).
+    The mask is the negative samples' tokens, so a local token-mean divides by their count, as ROLL does
+    per micro-batch; with `agg`'s global normaliser (data parallelism, the pipeline) it divides by all
+    tokens of the mini-batch instead, as sft_loss does. No negative sample → 0.
+    """
+    check_same_shape(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
+    )
+    mask = as_bool_mask(response_mask) & (scores <= 0).unsqueeze(-1)
+    log_probs = fill_masked(log_probs, mask)
+    clipped_ratio = (log_probs.detach() - fill_masked(old_log_probs, mask)).exp().clamp(0.0, 1.0)
+    return (agg or LossAgg())(-clipped_ratio * fill_masked(advantages, mask) * log_probs, mask)
+
+
 def sft_loss(
     log_probs: Tensor, response_mask: Tensor, positive: Tensor, agg: LossAgg | None = None
 ) -> Tensor:
@@ -261,8 +335,11 @@ def actor_loss(
     kl_loss_coef: float = 0.0,
     entropy: Tensor | None = None,
     entropy_loss_coef: float = 0.0,
+    topr_negative: Tensor | None = None,
+    use_topr_neg_loss_coef: float = 0.0,
 ) -> Tensor:
-    """total = rl_loss_coef·pg + sft_loss_coef·sft + kl_loss_coef·kl − entropy_loss_coef·entropy.
+    """total = rl_loss_coef·pg + sft_loss_coef·sft + kl_loss_coef·kl − entropy_loss_coef·entropy
+             + use_topr_neg_loss_coef·topr_negative  (ROLL's TOPR term on negative samples).
 
     A term whose tensor is None is left out; a non-zero coefficient without its term is an error.
     """
@@ -271,6 +348,7 @@ def actor_loss(
         ("sft_loss_coef", sft, sft_loss_coef, 1.0),
         ("kl_loss_coef", kl, kl_loss_coef, 1.0),
         ("entropy_loss_coef", entropy, entropy_loss_coef, -1.0),
+        ("use_topr_neg_loss_coef", topr_negative, use_topr_neg_loss_coef, 1.0),
     ):
         if term is None:
             if coef != 0.0:
@@ -281,9 +359,11 @@ def actor_loss(
 
 
 # Names the pipeline selects a policy loss by: `ppo` (with `dual_clip_loss` → dual_clip_c),
-# `gspo` (ROLL `importance_sampling: seq`, verl `loss_mode: gspo`), `topr` (`use_topr_loss`).
+# `gspo` (ROLL `importance_sampling: seq`, verl `loss_mode: gspo`), `topr` (`use_topr_loss`),
+# `topr_token` (ROLL `actor_train.pg_variant: topr`). The TOPR losses take `scores` too.
 POLICY_LOSSES: dict[str, Callable[..., LossOutput]] = {
     "ppo": ppo_policy_loss,
     "gspo": gspo_policy_loss,
     "topr": topr_policy_loss,
+    "topr_token": topr_token_policy_loss,
 }

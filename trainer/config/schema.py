@@ -811,14 +811,18 @@ class WorkerConfig(Section):
         dict, category="Cluster", description="Environment variables set in this role's worker processes."
     )
     pg_variant: str | None = fld(
-        None, category="Loss", inactive=import_only("the policy objective is the pipeline's policy_loss"),
-        description="ROLL's policy-gradient variant of this role's worker.",
+        None, category="Loss",
+        description="ROLL's policy-gradient variant (actor_train only): ppo (or unset) runs the pipeline's "
+        "policy_loss; topr runs TOPR with per-token truncated ratios on negative samples (weights "
+        "topr_positive_weight / topr_negative_weight). ROLL's tis, cispo and kimi15 are not built.",
     )
     topr_positive_weight: float = fld(
-        1.0, category="Loss", inactive=planned("per-sign TOPR weights"), description="TOPR loss weight of positive samples."
+        1.0, category="Loss", ge=0,
+        description="TOPR (pg_variant: topr) loss weight of positive samples (score > 0).",
     )
     topr_negative_weight: float = fld(
-        1.0, category="Loss", inactive=planned("per-sign TOPR weights"), description="TOPR loss weight of negative samples."
+        1.0, category="Loss", ge=0,
+        description="TOPR (pg_variant: topr) loss weight of negative samples (score <= 0).",
     )
     max_concurrency: int = fld(
         1, category="Cluster", inactive=import_only("Ray actor concurrency is set by the worker groups"), ge=1,
@@ -884,13 +888,17 @@ class WorkerConfig(Section):
         return value
 
 
-class QueryFilterConfig(Section, inactive=planned("reward-based filtering")):
+class QueryFilterConfig(Section):
     type: Literal["no_filter", "mean_filter", "std_filter"] = fld(
         "no_filter", category="Reward processing",
-        description="Drop prompt groups whose rewards carry no learning signal (mean or spread out of range).",
+        description="Drop prompt groups whose rewards carry no learning signal: mean_filter drops a group whose "
+        "mean reward is <= threshold_down or >= threshold_up, std_filter one whose reward std is <= "
+        "std_threshold (0: all rewards equal). Dropped groups leave the actor's loss; with "
+        "is_use_additional_prompts they are replaced.",
     )
     filter_args: dict[str, float] = fld_factory(
-        dict, category="Reward processing", description="Thresholds of the filter (threshold_up, threshold_down, std).",
+        dict, category="Reward processing",
+        description="Thresholds of the filter: threshold_up / threshold_down (mean_filter), std_threshold (std_filter).",
     )
 
 
@@ -903,7 +911,7 @@ class RewardWorkerConfig(WorkerConfig):
         list, category="Reward processing", description="Domain tags this reward scores; empty scores every sample."
     )
     query_filter_config: QueryFilterConfig | None = fld(
-        None, category="Reward processing", inactive=planned("reward-based filtering of prompt groups"), description="Filtering of prompt groups by their rewards."
+        None, category="Reward processing", description="Filtering of this reward's prompt groups by their rewards."
     )
     response_filter_config: QueryFilterConfig | None = fld(
         None, category="Reward processing", inactive=planned("reward-based filtering of responses"), description="Filtering of single responses by their rewards."
@@ -912,7 +920,9 @@ class RewardWorkerConfig(WorkerConfig):
         None, category="Reward processing", inactive=import_only("the format reward checks the chat template's answer format"), description="Regular expression a well-formatted response matches."
     )
     response_length_penalty_coef: float = fld(
-        0.0, category="Reward processing", inactive=planned("a per-token length penalty"), ge=0, description="Reward subtracted per response token (length penalty)."
+        0.0, category="Reward processing", ge=0,
+        description="ROLL's response-length term: coef x rho(length) is added to this reward's samples before "
+        "normalisation, rho = -0.5 below 100 tokens, rising linearly to 0 at 400 tokens and above.",
     )
     reward_kwargs: dict[str, Any] = fld_factory(
         dict, category="Reward processing", description="Arguments passed to the reward function."
@@ -1214,10 +1224,14 @@ class PipelineConfig(Section):
     )
     max_running_requests: int = fld(128, category="Generation", inactive=import_only("ROLL's request scheduler; our engines take each batch whole"), ge=1, description="Most requests in flight per engine.")
     is_use_additional_prompts: bool = fld(
-        False, category="Generation", inactive=planned("dynamic sampling with replacement prompts"), description="Sample extra prompts to replace groups dropped by filters."
+        False, category="Generation",
+        description="Dynamic sampling: draw extra prompts to replace the groups a reward's query_filter_config "
+        "drops, until rollout_batch_size groups pass (sync rollout).",
     )
     max_additional_running_prompts: int = fld(
-        16, category="Generation", inactive=planned("dynamic sampling with replacement prompts"), ge=0, description="Extra prompts allowed in flight beyond rollout_batch_size."
+        16, category="Generation", ge=0,
+        description="Extra prompts one step may draw beyond rollout_batch_size; past it, filtered groups fill "
+        "the batch and stay out of the loss.",
     )
     async_generation_ratio: float = fld(
         0.0, category="Async rollout", ge=0,
@@ -1329,10 +1343,13 @@ class PipelineConfig(Section):
         description="Weight samples by prompt difficulty (0.5 + 1.5 x the data's `difficulty` column in [0, 1]).",
     )
     max_len_mask: bool = fld(
-        False, category="Loss", inactive=planned("masking of truncated responses"), description="Leave responses cut off at response_length out of the loss."
+        False, category="Loss",
+        description="Leave responses as long as the generation limit (cut off) out of the actor's loss.",
     )
     mask_type: Literal["all", "loss"] = fld(
-        "loss", category="Loss", inactive=planned("masking of truncated responses"), description="What the masks drop: the samples entirely, or only their loss."
+        "loss", category="Loss", inactive=import_only("the sample masks leave samples out of the actor's loss "
+                                                     "(loss); the critic still fits them"),
+        description="What the masks drop: the samples entirely, or only their loss.",
     )
     difficulty_mask: bool = fld(
         False, category="Loss", description="Leave prompts that are too easy or too hard (by group accuracy) out."
@@ -1346,10 +1363,12 @@ class PipelineConfig(Section):
     balance_length: bool = fld(False, category="Loss", inactive=import_only("micro-batches are split by sample count"), description="Balance response lengths across data-parallel ranks.")
     minibatch_data_iter_num: int = fld(1, category="Loss", inactive=import_only("ppo_epochs sets the passes over each rollout"), ge=1, description="Passes over each mini-batch.")
     error_max_len_clip: bool = fld(
-        False, category="Reward processing", inactive=planned("length-based reward clipping"), description="Zero the reward of wrong answers longer than the threshold."
+        False, category="Reward processing",
+        description="Leave wrong answers (score 0) of error_max_len_threshold tokens or more out of the actor's "
+        "loss; as in ROLL, samples scored neither 0 nor 1 are left out too.",
     )
     error_max_len_threshold: int = fld(
-        9999999999, category="Reward processing", inactive=planned("length-based reward clipping"), ge=1, description="Length above which error_max_len_clip applies."
+        9999999999, category="Reward processing", ge=1, description="Length from which error_max_len_clip drops wrong answers."
     )
     length_loss_weight: bool = fld(
         False, category="Loss", description="Weight samples by response length (shorter responses weigh more)."
@@ -1522,8 +1541,11 @@ class PipelineConfig(Section):
         0.0, category="Loss", ge=0, acts_through="sft_loss_coef",
         description="ROLL's name (sic) for sft_loss_coef: weight of a supervised loss on positive samples.",
     )
-    use_topr_neg_loss_coef: float = fld(0.0, category="Loss", inactive=planned("TOPR's negative-sample coefficient"),
-                                        description="Coefficient of TOPR's negative-sample loss.")
+    use_topr_neg_loss_coef: float = fld(
+        0.0, category="Loss", ge=0,
+        description="ROLL: weight of TOPR's negative-sample term added to the policy loss (samples with "
+        "score <= 0, per-token ratio truncated to [0, 1]).",
+    )
     use_policy_loss_type: Literal["PPO", "PG"] = fld(
         "PPO", category="Loss", inactive=planned("the plain policy-gradient (PG) objective"),
         description="ROLL: clipped PPO objective or plain policy gradient.",

@@ -288,6 +288,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_agentic,
         _check_checkpointing,
         _check_async_rollout,
+        _check_dynamic_sampling,
         _check_suspicious,
         _check_inactive_fields,
         tiny_issues,
@@ -349,6 +350,10 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
             what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]
             issues.append(ConfigIssue(f"rewards.{name}.worker_cls", f"{what} ({reward.worker_cls}) {NOT_BUILT}",
                                       kind="not_built"))
+    variant = config.actor_train.pg_variant
+    if variant is not None and variant not in PG_VARIANTS_BUILT:
+        issues.append(ConfigIssue("actor_train.pg_variant", f"{variant!r} {NOT_BUILT}; valid: "
+                                  f"{', '.join(PG_VARIANTS_BUILT)}", kind="not_built"))
     if config.adv_estimator in UNBUILT_ADV_ESTIMATORS:
         built = [e for e in typing.get_args(PipelineConfig.model_fields["adv_estimator"].annotation)
                  if e not in UNBUILT_ADV_ESTIMATORS]
@@ -658,10 +663,29 @@ def _check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
+PG_VARIANTS_BUILT = ("ppo", "topr")  # ROLL's pg_variant values this build runs (tis, cispo, kimi15 are not)
+TOPR_WEIGHTS = ("topr_positive_weight", "topr_negative_weight")
+
+
 def _policy_loss_issues(config: PipelineConfig) -> list[ConfigIssue]:
-    """GSPO clips a sequence-level ratio that stays near 1: PPO's clip range hardly ever binds."""
+    """GSPO clips a sequence-level ratio that stays near 1: PPO's clip range hardly ever binds. ROLL's
+    pg_variant picks the objective on actor_train only; TOPR's two spellings exclude each other."""
     issues = []
-    loss = "topr" if config.use_topr_loss else config.policy_loss
+    variant = config.actor_train.pg_variant
+    if variant == "topr" and config.use_topr_loss:
+        issues.append(_error("actor_train.pg_variant", "topr (per-token ratios) and use_topr_loss (the sequence-level "
+                             "reading) are two TOPR objectives; choose one"))
+    if variant == "topr" and config.policy_loss != "ppo":
+        issues.append(_error("actor_train.pg_variant", f"topr replaces the policy objective; policy_loss "
+                             f"{config.policy_loss} would not run (set policy_loss: ppo or drop pg_variant)"))
+    if variant != "topr":
+        issues += [_warning(f"actor_train.{name}", "has no effect: only actor_train.pg_variant: topr reads it")
+                   for name in TOPR_WEIGHTS if getattr(config.actor_train, name) != 1.0]
+    for role, worker in roles(config).items():
+        if role != "actor_train":
+            issues += [_warning(f"{role}.{name}", "has no effect: the policy objective is actor_train's")
+                       for name in ("pg_variant", *TOPR_WEIGHTS) if name in worker.model_fields_set]
+    loss = "topr" if config.use_topr_loss else "topr_token" if variant == "topr" else config.policy_loss
     clip_high = config.pg_clip_high if config.pg_clip_high is not None else config.pg_clip
     clip_low = config.pg_clip_low if config.pg_clip_low is not None else config.pg_clip
     if loss == "gspo" and max(clip_low, clip_high) > 0.01:
@@ -852,6 +876,49 @@ def _check_async_rollout(config: PipelineConfig) -> list[ConfigIssue]:
                                "raise max_staleness or set stale_samples downweight"))
     if config.stale_samples == "drop" and "stale_sample_decay" in config.model_fields_set:
         issues.append(_warning("stale_sample_decay", "has no effect with stale_samples drop"))
+    return issues
+
+
+QUERY_FILTER_ARGS = {"mean_filter": ("threshold_up", "threshold_down"), "std_filter": ("std_threshold",),
+                     "no_filter": ()}
+
+
+def _check_dynamic_sampling(config: PipelineConfig) -> list[ConfigIssue]:
+    """Query filters, replacement prompts and the length knobs act in the sync RLVR loop
+    (trainer.pipeline.dynamic_sampling); elsewhere they are refused or flagged."""
+    issues = []
+    filtering = []
+    for name, reward in config.rewards.items():
+        rule = reward.query_filter_config
+        if rule is None:
+            continue
+        path = f"rewards.{name}.query_filter_config"
+        unknown = sorted(set(rule.filter_args) - set(QUERY_FILTER_ARGS[rule.type]))
+        if unknown:
+            valid = ", ".join(QUERY_FILTER_ARGS[rule.type]) or "none"
+            issues.append(_error(f"{path}.filter_args", f"{', '.join(unknown)}: not read by {rule.type} "
+                                 f"(valid: {valid})"))
+        if rule.type != "no_filter":
+            filtering.append(name)
+    if config.train_env_manager is not None:
+        set_here = [f"rewards.{n}.query_filter_config" for n in filtering]
+        set_here += [f"rewards.{n}.response_length_penalty_coef" for n, r in config.rewards.items()
+                     if r.response_length_penalty_coef]
+        set_here += ["is_use_additional_prompts"] * config.is_use_additional_prompts
+        issues += [_warning(path, "has no effect in the agentic pipeline (RLVR only)") for path in set_here]
+        return issues
+    if not config.is_use_additional_prompts:
+        return issues
+    if not filtering:
+        issues.append(_warning("is_use_additional_prompts", "has no effect: no rewards.<name>.query_filter_config "
+                               "drops groups to replace (e.g. {type: std_filter, filter_args: {std_threshold: 0}})"))
+    elif rollout_schedule(config).overlaps:
+        issues.append(_error("is_use_additional_prompts", f"replacement prompts are drawn in sync rollout only; "
+                             f"rollout_mode {config.rollout_mode or 'from async_generation_ratio'} generates ahead "
+                             "(set rollout_mode: sync, or drop it: filtered groups then just leave the loss)"))
+    elif config.max_additional_running_prompts == 0:
+        issues.append(_warning("max_additional_running_prompts", "0: no replacement prompts are drawn; filtered "
+                               "groups only leave the loss"))
     return issues
 
 

@@ -35,11 +35,12 @@ class PromptSampler:
         cover the stream positions [before, after) without a gap or an overlap."""
         return self.epoch * self.num_samples + self.index
 
-    def next_batch(self) -> list[int]:
-        """The next `batch_size` sample indices; advances the position."""
+    def next_batch(self, count: int | None = None) -> list[int]:
+        """The next `count` (default `batch_size`) sample indices; advances the position."""
+        size = self.batch_size if count is None else count
         batch: list[int] = []
-        while len(batch) < self.batch_size:
-            take = min(self.batch_size - len(batch), self.num_samples - self.index)
+        while len(batch) < size:
+            take = min(size - len(batch), self.num_samples - self.index)
             batch.extend(self._order[self.index:self.index + take])
             self.index += take
             if self.index == self.num_samples:

@@ -12,6 +12,8 @@ the reader. Records (`ev`):
                 run's checkpoint), its sampler position and next batch id, its buffered and pending
                 batches {id: prompts}; every record from line `upto` up to here is rolled back
     draw        batch j's prompt indices and the sampler stream positions [from, to) they cover
+    extend      batch j drew more prompts [from, to) to replace filtered groups (dynamic sampling)
+    filter      batch j's prompts whose groups a query filter left out: generated, never trained
     generate    batch j generated with policy version v (samples)
     drop        batch j discarded at step k for staleness s > max_staleness; its prompts are
                 regenerated with the latest weights
@@ -20,7 +22,7 @@ the reader. Records (`ev`):
     end         max_steps reached; batches drawn but never trained (`left`)
 
 `account(read_ledger(path))` replays the records that count (rolled-back ones set aside) and
-checks that every drawn prompt was trained exactly once or is still in flight, that the sampler
+checks that every drawn prompt was trained exactly once, filtered out, or is still in flight, that the sampler
 stream was drawn without gaps or overlaps, and that no batch was trained beyond max_staleness.
 Torch-free: `python -m trainer ledger RUN_DIR` runs it.
 """
@@ -89,6 +91,7 @@ class BatchFate:
     dropped: int = 0
     trained_at: list[int] = field(default_factory=list)
     inherited: bool = False  # drawn by the run whose checkpoint this one forked from
+    filtered: list[int] = field(default_factory=list)  # left out by a query filter (dynamic sampling)
 
 
 @dataclass
@@ -114,6 +117,8 @@ class Accounting:
     problems: list[str] = field(default_factory=list)
     lost_prompts: int = 0
     duplicated_prompts: int = 0
+    extra_prompts: int = 0
+    filtered_prompts: int = 0
     left_in_flight: list[int] = field(default_factory=list)
 
     @property
@@ -179,6 +184,10 @@ class _Replay:
         fate = out.batches.get(batch) if batch is not None else None
         if ev == "draw":
             self.draw(line, r)
+        elif ev == "extend" and fate is not None:
+            self.extend(line, r, fate)
+        elif ev == "filter" and fate is not None:
+            self.filter(line, r, fate)
         elif fate is None and batch is not None:
             out.problems.append(f"line {line + 1}: {ev} of batch {batch}, which was never drawn")
         elif ev == "generate":
@@ -214,6 +223,39 @@ class _Replay:
         self.position = stop
         out.batches[batch] = BatchFate(prompts)
 
+    def _advance(self, line: int, r: dict[str, Any], what: str) -> None:
+        """The stream positions [from, to) a draw or extend covers follow the previous ones."""
+        out, start, stop = self.out, int(r["from"]), int(r["to"])
+        if stop - start != len(r["prompts"]):
+            out.problems.append(f"line {line + 1}: {what} has {len(r['prompts'])} prompts for stream "
+                                f"positions [{start}, {stop})")
+        if self.position is not None and start > self.position:
+            out.lost.append(f"sampler positions [{self.position}, {start}) skipped before {what}")
+            out.lost_prompts += start - self.position
+        elif self.position is not None and start < self.position:
+            out.duplicated.append(f"sampler positions [{start}, {self.position}) drawn again for {what}")
+            out.duplicated_prompts += self.position - start
+        self.position = stop
+
+    def extend(self, line: int, r: dict[str, Any], fate: BatchFate) -> None:
+        if fate.trained_at:
+            self.out.problems.append(f"line {line + 1}: batch {r['batch']} extended after it was trained")
+        self._advance(line, r, f"the extension of batch {r['batch']}")
+        fate.prompts.extend(int(p) for p in r["prompts"])
+        self.out.extra_prompts += len(r["prompts"])
+
+    def filter(self, line: int, r: dict[str, Any], fate: BatchFate) -> None:
+        prompts = [int(p) for p in r["prompts"]]
+        remaining = list(fate.prompts)
+        for p in [*fate.filtered, *prompts]:
+            if p not in remaining:
+                self.out.problems.append(f"line {line + 1}: batch {r['batch']} filters prompt {p}, which it "
+                                         "did not draw (or filters it twice)")
+                return
+            remaining.remove(p)
+        fate.filtered.extend(prompts)
+        self.out.filtered_prompts += len(prompts)
+
     def train(self, line: int, r: dict[str, Any], fate: BatchFate) -> None:
         out, batch, step = self.out, int(r["batch"]), int(r["step"])
         staleness, samples = int(r["staleness"]), int(r["samples"])
@@ -228,6 +270,10 @@ class _Replay:
                                     f"max_staleness {self.bound}")
             else:
                 out.downweighted_samples += samples
+        if "prompts" in r and int(r["prompts"]) != len(fate.prompts) - len(fate.filtered):
+            out.lost.append(f"batch {batch} trained {r['prompts']} prompts at step {step} of the "
+                            f"{len(fate.prompts)} drawn, {len(fate.filtered)} filtered out")
+            out.lost_prompts += abs(len(fate.prompts) - len(fate.filtered) - int(r["prompts"]))
         fate.trained_at.append(step)
         self.steps[step] = batch
         out.trained_samples += samples
@@ -291,13 +337,16 @@ def format_accounting(path: Path, out: Accounting) -> str:
                              "run forked from)" if inherited else "")),
         ("samples generated", f"{out.generated_samples} in {sum(f.generated for f in out.batches.values())} "
                               "generations"),
-        ("trained", f"{sum(len(f.prompts) for f in trained)} prompts / {out.trained_samples} samples in "
+        ("trained", f"{sum(len(f.prompts) - len(f.filtered) for f in trained)} prompts / {out.trained_samples} "
+                    "samples in "
                     f"{len(steps)} steps"
          + (f" ({min(steps)}..{max(steps)})" if steps else "")),
         ("staleness", _staleness_line(out)),
         ("dropped (stale)", f"{out.dropped_samples} samples in {sum(f.dropped for f in out.batches.values())} "
                             "batches, all regenerated" if out.dropped_samples else "0"),
         ("down-weighted", str(out.downweighted_samples)),
+        ("dynamic sampling", f"{out.extra_prompts} extra prompts drawn, {out.filtered_prompts} prompts' groups "
+                             "filtered out" if out.extra_prompts or out.filtered_prompts else "-"),
         ("left in flight", f"{len(out.left_in_flight)} batches {out.left_in_flight}" if out.finished
          else f"run not finished; batches {untrained} drawn, not trained yet"),
         ("rolled back", _rolled_back_line(out)),

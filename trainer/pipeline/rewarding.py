@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from trainer.algorithms import rewards as reward_algos
+from trainer.algorithms import sample_filters
 from trainer.config.registries import ROLL_REWARD_WORKERS
 
 if TYPE_CHECKING:
@@ -82,9 +83,13 @@ class RewardStats:
 
 
 def process_scores(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor, state: RewardStats,
-                   response_lengths: Tensor) -> tuple[Tensor, RewardStats, dict[str, float]]:
-    """`add_len_reward` (r + 1 − len/response_length), then reward_clip, then mean/std normalisation
-    as the config's norm knobs resolve."""
+                   response_lengths: Tensor, length_terms: Tensor | None = None,
+                   ) -> tuple[Tensor, RewardStats, dict[str, float]]:
+    """The per-domain `response_length_penalty_coef` term (r + coef·ρ(len), dynamic_sampling.length_reward_terms),
+    `add_len_reward` (r + 1 − len/response_length), then reward_clip, then mean/std normalisation as the
+    config's norm knobs resolve."""
+    if length_terms is not None:
+        scores = scores + length_terms
     if cfg.add_len_reward:
         scores = reward_algos.add_length_reward(scores, response_lengths, cfg.response_length)
     clipped, clip_frac = reward_algos.clip_rewards(scores, cfg.reward_clip)
@@ -111,15 +116,35 @@ def process_advantages(cfg: PipelineConfig, advantages: Tensor, mask: Tensor) ->
     return advantages
 
 
-def sample_mask(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor) -> tuple[Tensor, dict[str, float]]:
+def sample_mask(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor, response_lengths: Tensor | None = None,
+                query_filter: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Samples the actor's loss keeps → (bool [batch], metrics), ROLL's `get_sample_level_mask`.
 
-    `difficulty_mask`: keep sample i iff difficulty_low_threshold < mean score of its prompt's group
-    < difficulty_high_threshold (raw scores, before any reward processing). As ROLL does, a step whose
-    every sample would be dropped keeps them all rather than take an optimizer step on nothing.
+    `max_len_mask`: drop responses as long as the generation limit (max_new_tokens, else
+    response_length). `difficulty_mask`: keep sample i iff difficulty_low_threshold < mean score of its
+    prompt's group < difficulty_high_threshold (raw scores, before any reward processing).
+    `error_max_len_clip`: drop wrong answers of error_max_len_threshold tokens or more.
+    `query_filter` [batch]: the groups that pass their reward's query filter (dynamic_sampling). As ROLL
+    does, a step whose every sample would be dropped keeps them all rather than step on nothing.
     """
     keep = torch.ones(scores.shape[0], dtype=torch.bool)
     metrics: dict[str, float] = {}
+    if cfg.max_len_mask or cfg.error_max_len_clip:
+        if response_lengths is None:
+            raise ValueError("max_len_mask / error_max_len_clip need the response lengths")
+        if cfg.max_len_mask:
+            args = cfg.actor_infer.generating_args
+            limit = (args.max_new_tokens if args is not None else None) or cfg.response_length
+            kept = sample_filters.max_len_keep(response_lengths, limit)
+            metrics["actor/max_len_mask_ratio"] = float(kept.float().mean())
+            keep &= kept
+        if cfg.error_max_len_clip:
+            kept = sample_filters.error_length_keep(scores, response_lengths, cfg.error_max_len_threshold)
+            metrics["actor/error_len_mask_ratio"] = float(kept.float().mean())
+            keep &= kept
+    if query_filter is not None:
+        metrics["actor/query_filter_mask_ratio"] = float(query_filter.float().mean())
+        keep &= query_filter
     if cfg.difficulty_mask:
         kept = reward_algos.difficulty_mask(scores, group_ids, cfg.difficulty_low_threshold,
                                             cfg.difficulty_high_threshold)

@@ -36,7 +36,7 @@ from trainer.algorithms.advantages import compute_advantages
 from trainer.checkpoint import core as ckpt
 from trainer.config import topology
 from trainer.config.topology import train_shape
-from trainer.pipeline import rewarding
+from trainer.pipeline import dynamic_sampling, rewarding
 from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
 from trainer.pipeline.batch import build_batch
 from trainer.pipeline.ledger import LEDGER_FILE, Ledger
@@ -189,6 +189,7 @@ class RLVRPipeline:
         self.ledger = Ledger(self.output_dir / LEDGER_FILE)
         self.producer: RolloutProducer | None = None  # one_step_off / async
         self.backlog: list[Rollout | PendingBatch] = []  # sync: batches an async checkpoint left drawn
+        self.refill_metrics: dict[str, float] = {}  # dynamic sampling's for the batch being trained
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
@@ -314,6 +315,7 @@ class RLVRPipeline:
         timer = Timer()
         rollout = self.sync_rollout(step)
         metrics = self.learn(step, rollout, timer)
+        metrics.update(self.refill_metrics)
         if step > self.cfg.critic_warmup:
             with timer("weight_sync"):
                 self.sync_weights()
@@ -335,6 +337,10 @@ class RLVRPipeline:
             job = draw_batch(self.sampler, step, self.ledger)
         rollout = self.collect(job.batch_id, job.prompt_indices, version=step - 1)
         self.ledger.record("generate", batch=step, version=step - 1, samples=len(rollout.gens))
+        if self.cfg.is_use_additional_prompts:
+            rollout, self.refill_metrics = dynamic_sampling.refill(
+                self.cfg, rollout, records=self.train_prompts, sampler=self.sampler, ledger=self.ledger,
+                collect=self.collect)
         return rollout
 
     def async_step(self, step: int) -> dict[str, float]:
@@ -390,8 +396,11 @@ class RLVRPipeline:
         staleness = (step - 1) - torch.full((len(gens),), rollout.version)
         difficulty = (torch.tensor([float(records[g.prompt_index]["difficulty"]) for g in gens])
                       if cfg.difficulty_loss_weight else None)
-        token_rewards, values, weights = self.update(step, batch, group_ids, engine_log_probs, timer, metrics,
-                                                     staleness=staleness, difficulty=difficulty)
+        samples = [records[g.prompt_index] for g in gens]
+        token_rewards, values, weights = self.update(
+            step, batch, group_ids, engine_log_probs, timer, metrics, staleness=staleness, difficulty=difficulty,
+            query_filter=dynamic_sampling.query_filter_mask(cfg, samples, scores, group_ids),
+            length_terms=dynamic_sampling.length_reward_terms(cfg, samples, mask.sum(-1)))
         metrics.update(data_metrics(
             scores=scores, token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
             prompt_lengths=torch.tensor([len(records[g.prompt_index]["input_ids"]) for g in gens]),
@@ -401,13 +410,14 @@ class RLVRPipeline:
         ))
         self.emit_rollouts(step, records, gens, responses, scores, batch["advantages"], mask)
         self.ledger.record("train", batch=rollout.batch_id, step=step, version=rollout.version,
-                           staleness=int(staleness.max()), samples=len(gens),
+                           staleness=int(staleness.max()), samples=len(gens), prompts=len(rollout.prompt_indices),
                            **({"weight": float(weights.mean())} if weights is not None else {}))
         return metrics
 
     def update(self, step: int, batch: dict[str, torch.Tensor], group_ids: torch.Tensor,
                engine_log_probs: torch.Tensor, timer: Timer, metrics: dict[str, float], *, staleness: torch.Tensor,
-               difficulty: torch.Tensor | None = None
+               difficulty: torch.Tensor | None = None, query_filter: torch.Tensor | None = None,
+               length_terms: torch.Tensor | None = None,
                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Everything between a built batch and new weights: old / reference log-probs, values, sample mask,
         reward processing, token rewards (KL in the reward), advantages, loss weights, off-policy terms,
@@ -433,10 +443,13 @@ class RLVRPipeline:
                 values = torch.cat(self.groups["critic"].call_sharded("compute_values", batch))
 
         with timer("advantages"):
-            keep, mask_metrics = rewarding.sample_mask(cfg, scores, group_ids)
+            keep, mask_metrics = rewarding.sample_mask(cfg, scores, group_ids, response_lengths=mask.sum(-1),
+                                                       query_filter=query_filter)
             metrics.update(mask_metrics)
+            metrics.update(dynamic_sampling.zero_variance_metrics(scores, group_ids, keep))
             processed, self.reward_state, reward_metrics = rewarding.process_scores(
-                cfg, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1)
+                cfg, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1),
+                length_terms=length_terms,
             )
             metrics.update(reward_metrics)
             if cfg.add_token_level_kl and self.uses_reference:

@@ -47,7 +47,7 @@ def everything(x: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         )
         results += [out.advantages, out.returns]
     for name, loss_fn in POLICY_LOSSES.items():
-        extra = (x["scores"],) if name == "topr" else ()
+        extra = (x["scores"],) if name.startswith("topr") else ()
         results.append(loss_fn(x["log_probs"], x["old_log_probs"], x["rewards"], x["mask"], *extra).loss)
     results.append(
         token_kl("low_var_kl", x["mask"], log_probs=x["log_probs"], ref_log_probs=x["old_log_probs"])

@@ -51,7 +51,8 @@ def test_sample_weights_scale_each_sample_in_the_aggregation() -> None:
 
 def _cfg(**knobs: object) -> SimpleNamespace:
     defaults = dict(difficulty_mask=False, difficulty_low_threshold=0.0, difficulty_high_threshold=1.0,
-                    difficulty_loss_weight=False, length_loss_weight=False)
+                    difficulty_loss_weight=False, length_loss_weight=False, max_len_mask=False,
+                    error_max_len_clip=False)
     return SimpleNamespace(**{**defaults, **knobs})
 
 

@@ -201,7 +201,7 @@ def test_gradient_reaches_every_real_token_on_policy(seed: int, batch: int, leng
     adv = torch.randn(batch, length, generator=g, dtype=torch.float64).sign()  # ±1, never 0
     scores = torch.ones(batch, dtype=torch.float64)
     for name in POLICY_LOSSES:
-        extra = (scores,) if name == "topr" else ()
+        extra = (scores,) if name.startswith("topr") else ()
         loss = POLICY_LOSSES[name](
             log_probs, log_probs.detach(), adv, mask, *extra
         ).loss  # ratio 1: unclipped

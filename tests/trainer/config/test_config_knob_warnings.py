@@ -20,6 +20,16 @@ CASES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
     ("gspo_dual_clip", {"policy_loss": "gspo", "pg_clip": 3e-4, "dual_clip_loss": True}, "dual_clip_loss",
      "warning", ["unused", "gspo"]),
     ("greedy_repeats", {"val_greedy": True, "val_n_sample": 4}, "val_n_sample", "warning", ["same response 4"]),
+    ("topr_two_spellings", {"actor_train.pg_variant": "topr", "use_topr_loss": True}, "actor_train.pg_variant",
+     "error", ["use_topr_loss", "choose one"]),
+    ("topr_replaces_gspo", {"actor_train.pg_variant": "topr", "policy_loss": "gspo"}, "actor_train.pg_variant",
+     "error", ["gspo"]),
+    ("topr_weight_without_topr", {"actor_train.topr_negative_weight": 0.5}, "actor_train.topr_negative_weight",
+     "warning", ["no effect", "pg_variant: topr"]),
+    ("topr_weight_on_another_role", {"reference.pg_variant": "topr"}, "reference.pg_variant", "warning",
+     ["no effect", "actor_train"]),
+    ("pg_variant_not_built", {"actor_train.pg_variant": "cispo"}, "actor_train.pg_variant", "error",
+     ["not built", "ppo, topr"]),
 ]
 
 
@@ -37,6 +47,8 @@ def test_knob_issue(changes: dict[str, Any], path: str, severity: str, words: li
     {"kl_ctrl_type": "adaptive", "target_kl": 0.1, "add_token_level_kl": True},
     {"target_kl": 0.1, "add_token_level_kl": True},  # unset type: ROLL's rule makes it adaptive
     {"policy_loss": "gspo", "pg_clip_low": 3e-4, "pg_clip_high": 4e-4},
+    {"actor_train.pg_variant": "topr", "actor_train.topr_negative_weight": 0.5},
+    {"use_topr_neg_loss_coef": 0.5},
     {"val_greedy": True},
 ])
 def test_acting_settings_raise_no_issue(changes: dict[str, Any]) -> None:

@@ -106,8 +106,11 @@ def test_verl_v04_dapo_recipe(results: dict[str, ValidationResult]) -> None:
     result = results["verl_v0.4_dapo.yaml"]
     cfg = result.config
     assert (cfg.pg_clip_low, cfg.pg_clip_high, cfg.clip_ratio_c) == (0.2, 0.28, 10.0)
-    assert cfg.policy_loss == "ppo" and cfg.difficulty_mask
-    assert (cfg.difficulty_low_threshold, cfg.difficulty_high_threshold) == (0.0, 1.0)
+    assert cfg.policy_loss == "ppo" and not cfg.difficulty_mask
+    # filter_groups: groups whose rewards are all equal are replaced; 10 batches × 1536 − 512 extra prompts
+    assert cfg.is_use_additional_prompts and cfg.max_additional_running_prompts == 10 * 1536 - 512
+    assert all(r.query_filter_config.type == "std_filter" and r.query_filter_config.filter_args == {"std_threshold": 0}
+               for r in cfg.rewards.values())
     # 4 nodes × 8 GPUs = 32; mini 32 prompts × n 16 = 512 samples = micro 2 × 32 × 8
     assert cfg.actor_train.training_args.gradient_accumulation_steps == 8
     assert (cfg.prompt_length, cfg.response_length, cfg.rollout_batch_size) == (2048, 8192, 512)
@@ -116,9 +119,7 @@ def test_verl_v04_dapo_recipe(results: dict[str, ValidationResult]) -> None:
     assert (cfg.val_n_sample, cfg.val_greedy) == (32, False)
     assert cfg.validation.generating_args.top_p == 0.7
     assert cfg.reference is None
-    assert _warned(result, "data.gen_batch_size", "1536")
     assert _warned(result, "reward_model.overlong_buffer.enable", "overlong")
-    assert _warned(result, "algorithm.filter_groups.enable", "difficulty_mask")
     assert _warned(result, "actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space", "= 32")
 
 

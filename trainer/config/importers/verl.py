@@ -7,8 +7,9 @@ verl's hybrid engine puts actor, rollout and reference (and critic) on all `nnod
 devices, taking turns: every role gets that whole device_mapping. With Megatron the data-parallel size
 is GPUs / (TP × PP × CP). A critic exists when `critic.enable` is true or, unset, when adv_estimator is
 gae. Multi-turn rollouts (`rollout.multi_turn.enable: true`) are refused: the agentic pipeline plays
-ROLL environments, not verl's tools and interactions. The DAPO recipe's filter_groups become
-difficulty_mask (without DAPO's extra sampling of replacement prompts).
+ROLL environments, not verl's tools and interactions. The DAPO recipe's filter_groups become dynamic
+sampling: a std_filter at 0 on every reward (groups whose rewards are all equal) and
+is_use_additional_prompts, which draws replacement prompts.
 """
 
 from __future__ import annotations
@@ -200,19 +201,19 @@ RULES: list[Rule] = [
          note="-1: all rows; used when data.val_files creates the validation section"),
     Rule("data.dataloader_num_workers", None, 2, implied=8, note="prompts are tokenized once, in the driver"),
     # DAPO recipe (recipe/dapo: dynamic sampling and overlong reward shaping)
-    Rule("data.gen_batch_size", "rollout_batch_size", 96, derived=True,
-         note="DAPO draws gen_batch_size prompts to refill filtered groups; here the batch is train_batch_size "
-         "and filtered groups are left out (reported when it differs)"),
-    Rule("algorithm.filter_groups.enable", "difficulty_mask", True, derived=True,
-         note="true with metric acc/score/seq_reward → difficulty_mask (groups that are all right or all wrong "
-         "are left out of the loss, without DAPO's replacement sampling)"),
-    Rule("algorithm.filter_groups.metric", "difficulty_mask", "seq_reward", derived=True,
-         note="acc, score, seq_reward, seq_final_reward"),
+    Rule("data.gen_batch_size", "max_additional_running_prompts", 96, derived=True,
+         note="DAPO generates gen_batch_size prompts at a time to refill filtered groups; here the batch is "
+         "train_batch_size and the refill budget is max_num_gen_batches × gen_batch_size − train_batch_size"),
+    Rule("algorithm.filter_groups.enable", "is_use_additional_prompts", True, derived=True,
+         note="true → every reward's query_filter_config is a std_filter at 0 (groups whose rewards are all "
+         "equal leave the loss) and is_use_additional_prompts draws replacement prompts"),
+    Rule("algorithm.filter_groups.metric", "rewards.*.query_filter_config", "seq_reward", derived=True,
+         note="acc, score, seq_reward, seq_final_reward: all filter on the sequence reward"),
     # recipes whose objective is not built: refused (running them as PPO would train something else)
     *[Rule(key, None, example, derived=True, note=f"refused: {what} is not built") for key, (what, example)
       in {"algorithm.tb_coef": ("FlowRL's trajectory-balance objective (recipe/flowrl)", 15.0)}.items()],
-    Rule("algorithm.filter_groups.max_num_gen_batches", None, 10, implied=0,
-         note="replacement prompts are not drawn; filtered groups shrink the batch"),
+    Rule("algorithm.filter_groups.max_num_gen_batches", "max_additional_running_prompts", 10, derived=True,
+         note="bounds the replacement prompts of a step (0, unbounded in DAPO: 3 × train_batch_size here)"),
     Rule("reward_model.overlong_buffer.enable", None, True, implied=False,
          note="DAPO's overlong reward shaping is not built (a per-token length penalty is planned)"),
     Rule("reward_model.overlong_buffer.len", None, 512, implied=0, note="DAPO's overlong reward shaping is not built"),
@@ -533,9 +534,9 @@ def finish(t: Translation) -> None:
     import_lora(t, f"{ARR}.model", rank="lora_rank", alpha="lora_alpha", targets="target_modules")
     _kl(t)
     _kl_target(t)
-    _dapo(t)
     _sequence_parallel(t)
     _rewards(t, total)
+    _dapo(t)
     _schedule(t)
     _validation(t)
     fill_model_paths(t, ("actor_train", "actor_infer", "reference", "critic"))
@@ -629,28 +630,39 @@ def _megatron_optimizer(t: Translation, role: str, src: str) -> None:
             t.set(f"{role}.training_args.min_lr_ratio", ratio, f"{src}.min_lr")
 
 
+DAPO_UNBOUNDED_BATCHES = 3  # replacement prompts per step, in train batches, for max_num_gen_batches 0
+
+
 def _dapo(t: Translation) -> None:
-    """DAPO's dynamic sampling: filter_groups drops groups whose metric has no spread; here those groups are
-    left out of the loss (difficulty_mask) and no replacement prompts are drawn."""
+    """DAPO's dynamic sampling: filter_groups drops groups whose metric has no spread and generates more
+    prompts (gen_batch_size at a time, at most max_num_gen_batches batches) until train_batch_size groups
+    pass. Here: a std_filter at 0 on every reward, is_use_additional_prompts, and a budget of
+    max_num_gen_batches × gen_batch_size − train_batch_size extra prompts per step."""
     gen, train = t.get("data.gen_batch_size"), t.get("data.train_batch_size")
-    if gen is not None and gen != train:
-        t.warn("data.gen_batch_size", f"= {gen} not imported: no replacement prompts are drawn; each step samples "
-               f"data.train_batch_size = {train} prompts")
     if not t.get("algorithm.filter_groups.enable"):
-        if t.written("algorithm.filter_groups.metric"):
-            t.warn("algorithm.filter_groups.metric", "not imported: filter_groups.enable is false")
+        if gen is not None and gen != train:
+            t.warn("data.gen_batch_size", f"= {gen} not imported: filter_groups is off; each step samples "
+                   f"data.train_batch_size = {train} prompts")
+        for key in ("metric", "max_num_gen_batches"):
+            if t.written(f"algorithm.filter_groups.{key}"):
+                t.warn(f"algorithm.filter_groups.{key}", "not imported: filter_groups.enable is false")
         return
     metric = t.get("algorithm.filter_groups.metric", "acc")
     if metric not in FILTER_METRICS:
-        t.error("algorithm.filter_groups.metric", f"{metric!r}: only a correctness metric can filter groups here "
-                f"(difficulty_mask); valid: {', '.join(FILTER_METRICS)}")
+        t.error("algorithm.filter_groups.metric", f"{metric!r}: groups are filtered on the sequence reward here; "
+                f"valid: {', '.join(FILTER_METRICS)}")
         return
-    t.set("difficulty_mask", True, "algorithm.filter_groups.enable")
-    t.set("difficulty_low_threshold", 0.0, "algorithm.filter_groups.enable")
-    t.set("difficulty_high_threshold", 1.0, "algorithm.filter_groups.enable")
-    t.warn("algorithm.filter_groups.enable", "imported as difficulty_mask: groups whose responses are all right or "
-           "all wrong are left out of the loss; DAPO's replacement sampling (gen_batch_size, max_num_gen_batches) is "
-           "not done, so such steps train on fewer groups")
+    t.set("is_use_additional_prompts", True, "algorithm.filter_groups.enable")
+    for name in t.native.get("rewards", {}):
+        t.set(f"rewards.{name}.query_filter_config", {"type": "std_filter", "filter_args": {"std_threshold": 0.0}},
+              "algorithm.filter_groups.metric")
+    batches = t.get("algorithm.filter_groups.max_num_gen_batches", 0) or 0
+    if train is not None:
+        budget = max(0, batches * (gen or train) - train) if batches > 0 else DAPO_UNBOUNDED_BATCHES * train
+        t.set("max_additional_running_prompts", budget, "algorithm.filter_groups.max_num_gen_batches")
+        if batches <= 0:
+            t.warn("algorithm.filter_groups.max_num_gen_batches", f"0 (unbounded in DAPO): a step draws at most "
+                   f"{budget} replacement prompts (max_additional_running_prompts)")
 
 
 def _micro_batches(t: Translation, total: int) -> None:

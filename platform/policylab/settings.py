@@ -270,9 +270,11 @@ REST_FRAMEWORK = {
         "policylab.accounts.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    # (policylab.api.query.KnownQueryParameters — a 400 for a query parameter the OpenAPI document does not
-    # list — is withdrawn for now: with it the run page's async panel charts stayed empty; see issue 35's note)
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # signed in first; then a query parameter the endpoint's OpenAPI document does not list is a 400
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "policylab.api.query.KnownQueryParameters",
+    ],
     # JSON with a depth limit and no lone surrogates (policylab/api/parsers.py); forms as DRF's defaults.
     "DEFAULT_PARSER_CLASSES": [
         "policylab.api.parsers.BoundedJSONParser",

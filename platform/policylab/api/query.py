@@ -9,6 +9,7 @@ is accepted everywhere, as DRF does."""
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 from rest_framework.permissions import BasePermission
@@ -18,10 +19,21 @@ from policylab.experiments.services import ValidationFailed, issue
 ALWAYS = frozenset({"format"})
 
 
-@functools.cache
+_BUILDING = threading.Lock()
+
+
 def documented_query_parameters() -> dict[tuple[type, str], frozenset[str]]:
     """(view class, HTTP method) -> the query parameters the OpenAPI document lists for it. Built once per
-    process, on the first request that carries a query string (about half a second)."""
+    process, on the first request that carries a query string (about half a second), by one thread:
+    drf-spectacular's first generation is not thread-safe (its extensions resolve their target classes
+    lazily, and two threads doing it at once fail with AttributeError: the run page's first parallel
+    metric requests answered 500 and its charts stayed empty)."""
+    with _BUILDING:
+        return _documented_query_parameters()
+
+
+@functools.cache
+def _documented_query_parameters() -> dict[tuple[type, str], frozenset[str]]:
     from drf_spectacular.generators import SchemaGenerator
 
     generator = SchemaGenerator()

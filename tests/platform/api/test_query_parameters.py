@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from rest_framework.test import APIClient
 
 from policylab.experiments.models import Project, Run, RunStatus
 
@@ -49,6 +50,76 @@ def test_experiment_takes_an_id_or_a_name(api_alice, alice, team_a, make_experim
     assert ids(api_alice.get("/api/runs/", {"experiment": "no such experiment"})) == []
     listed = api_alice.get("/api/runs/", {"experiment": unrelated.pk}).json()["results"][0]
     assert (listed["experiment"], listed["experiment_name"]) == (unrelated.pk, "demo 2")
+
+
+@pytest.mark.parametrize(("url", "typo"), [
+    ("/api/runs/", "serach"), ("/api/runs/", "search_text"), ("/api/experiments/", "name"),
+    ("/api/projects/", "page"), ("/api/tokens/", "q"),
+])
+def test_an_unknown_query_parameter_is_a_400_naming_it_and_listing_the_valid_ones(api_alice, url, typo) -> None:
+    response = api_alice.get(url, {typo: "x", "limit": 5})
+    assert response.status_code == 400, response.content[:300]  # before: 200, the parameter ignored
+    [error] = response.json()["errors"]
+    assert error["field"] == typo
+    assert f"unknown query parameter '{typo}'" in error["message"]
+    assert "limit" in error["message"] and "offset" in error["message"]
+
+
+def test_the_message_lists_exactly_what_runs_accept(api_alice) -> None:
+    [error] = api_alice.get("/api/runs/", {"q": "sweep"}).json()["errors"]
+    assert error["message"].endswith("accepts: experiment, format, limit, offset, search, status")
+
+
+def test_unknown_parameters_of_a_run_endpoint_are_refused_too(api_alice, alice, team_a, make_experiment) -> None:
+    run = Run.objects.create(experiment=make_experiment(alice, team_a), created_by=alice)
+    for url, typo in ((f"/api/runs/{run.pk}/logs/", "since"), (f"/api/runs/{run.pk}/rollouts/", "step"),
+                      (f"/api/runs/{run.pk}/metrics/", "key"), (f"/api/runs/{run.pk}/", "expand")):
+        response = api_alice.get(url, {typo: "1"})
+        assert response.status_code == 400 and response.json()["errors"][0]["field"] == typo, (url, response.content)
+    assert api_alice.post(f"/api/runs/{run.pk}/cancel/?force=1").status_code == 400  # nothing cancelled
+    run.refresh_from_db()
+    assert not run.cancel_requested
+
+
+def test_a_caller_not_signed_in_hears_401_not_the_parameter_list() -> None:
+    response = APIClient().get("/api/runs/", {"serach": "x"})
+    assert response.status_code in (401, 403)
+    assert "accepts" not in response.content.decode()
+
+
+FIRST_BUILD_IN_THREADS = """
+import threading, django
+django.setup()
+from policylab.api.query import documented_query_parameters
+barrier, failures = threading.Barrier(8), []
+def build():
+    barrier.wait()
+    try:
+        documented_query_parameters()
+    except Exception as error:
+        failures.append(repr(error))
+threads = [threading.Thread(target=build) for _ in range(8)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(failures)
+"""
+
+
+def test_the_documented_parameters_are_built_once_even_when_the_first_requests_arrive_together(tmp_path) -> None:
+    """The run page's first metric requests arrive together: drf-spectacular's first schema generation
+    raced in two server threads (AttributeError in its extensions' class loading) and answered 500, so
+    the page's charts stayed empty. A fresh process, eight threads at once: none fails."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "policylab.settings", "PYTHONPATH": str(repo / "platform"),
+           "POLICYLAB_VAR_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", FIRST_BUILD_IN_THREADS], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=repo)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def documented_get_operations() -> list[tuple[str, list[str]]]:

@@ -127,7 +127,7 @@ def guarded(section: str, label: str, fn: Callable[[], None], needs_s: float = 1
 
 def token_nll(tokens: int) -> Callable[[nn.Module, dict[str, Tensor]], tuple[Tensor, dict[str, float]]]:
     """Σ next-token NLL / tokens, from fp32 logits (what the actor loss computes per token)."""
-    from trainer.pipeline.batch import token_logprobs
+    from trainer.models.batch import token_logprobs
 
     def loss_fn(model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],

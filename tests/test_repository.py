@@ -65,24 +65,88 @@ def trainer_import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_trainer_has_no_import_cycle() -> None:
-    graph = trainer_import_graph()
+def first_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """A path a -> ... -> a in `graph` (node -> the nodes it imports), or [] where there is none."""
     done: set[str] = set()
 
-    def cycle_from(module: str, path: list[str]) -> list[str] | None:
-        if module in path:
-            return [*path[path.index(module):], module]
-        if module in done:
+    def cycle_from(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node):], node]
+        if node in done:
             return None
-        for imported in sorted(graph[module]):
-            found = cycle_from(imported, [*path, module])
+        for target in sorted(graph.get(node, ())):
+            found = cycle_from(target, [*path, node])
             if found:
                 return found
-        done.add(module)
+        done.add(node)
         return None
 
-    cycles = [c for c in (cycle_from(m, []) for m in sorted(graph)) if c]
-    assert cycles == [], " -> ".join(cycles[0])
+    return next((c for c in (cycle_from(node, []) for node in sorted(graph)) if c), [])
+
+
+def test_trainer_has_no_import_cycle() -> None:
+    assert first_cycle(trainer_import_graph()) == []
+
+
+# ARCHITECTURE.md's order of trainer packages: a package imports its own layer (no circle) or lower ones.
+TRAINER_LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"algorithms", "telemetry"}),
+    frozenset({"config"}),
+    frozenset({"checkpoint", "cluster", "data", "envs", "models", "rewards", "rollout", "train"}),
+    frozenset({"roles"}),
+    frozenset({"pipeline"}),
+    frozenset({"cli", "__main__"}),
+)
+# narrower than their layer: algorithms are pure tensor functions; cluster is Ray plumbing that imports
+# no role, loop, model or strategy
+ONLY_IMPORTS = {"algorithms": frozenset(), "cluster": frozenset({"config"})}
+
+
+def trainer_package_graph() -> dict[str, set[str]]:
+    """trainer package -> the other trainer packages its modules import."""
+    def package(module: str) -> str:
+        return module.split(".")[1] if "." in module else "trainer"
+
+    graph: dict[str, set[str]] = {}
+    for module, imported in trainer_import_graph().items():
+        graph.setdefault(package(module), set()).update(package(t) for t in imported)
+    return {name: targets - {name} for name, targets in graph.items()}
+
+
+def package_layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    layer = {name: index for index, names in enumerate(TRAINER_LAYERS) for name in names}
+    problems = [f"trainer.{name} is in no layer of TRAINER_LAYERS" for name in sorted(set(graph) - set(layer) - {"trainer"})]
+    for source, targets in sorted(graph.items()):
+        for target in sorted(targets - {"trainer"}):
+            if source in ONLY_IMPORTS and target not in ONLY_IMPORTS[source]:
+                problems.append(f"trainer.{source} imports trainer.{target}")
+            elif source in layer and target in layer and layer[target] > layer[source]:
+                problems.append(f"back-arrow: trainer.{source} (layer {layer[source]}) imports trainer.{target} "
+                                f"(layer {layer[target]})")
+    return problems
+
+
+def test_trainer_packages_depend_downward_only() -> None:
+    graph = trainer_package_graph()
+    assert package_layer_violations(graph) == []
+    assert first_cycle(graph) == []
+
+
+def test_the_layer_check_catches_a_back_arrow_and_a_cluster_that_imports_a_role() -> None:
+    graph = {"cluster": {"config", "roles"}, "train": {"pipeline"}, "algorithms": {"config"}, "roles": {"train"}}
+    assert package_layer_violations(graph) == [
+        "trainer.algorithms imports trainer.config",
+        "trainer.cluster imports trainer.roles",
+        "back-arrow: trainer.train (layer 2) imports trainer.pipeline (layer 4)",
+    ]
+
+
+def test_the_loop_calls_roles_by_method_not_by_name() -> None:
+    """Worker-group calls in the trainer name the role Protocol's method, which a reader can follow."""
+    by_name = re.compile(r"\.call_(all|all_deferred|sharded|rank0)\(\s*[\"']")
+    offenders = [f"{path.relative_to(REPO_ROOT)}:{n}" for path in (REPO_ROOT / "trainer").rglob("*.py")
+                 for n, line in enumerate(path.read_text().splitlines(), start=1) if by_name.search(line)]
+    assert offenders == []
 
 
 def test_batch_arithmetic_lives_only_in_the_topology_module() -> None:

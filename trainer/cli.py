@@ -28,13 +28,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from trainer.config.tiny_shapes import SIZES
+
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 RAY_MISSING = ("--workers ray needs the ray package, which is not installed here: "
                "pip install 'ray[default]', or run with --workers local")
-SIZE_CHOICES = ("tiny", "tiny32", "small", "m20", "m100")  # keys of trainer.models.tiny.SIZES, kept here so --help stays torch-free
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tiny = sub.add_parser("make-tiny-model", help="build a tiny random Qwen2 model + byte-level tokenizer")
     tiny.add_argument("dir", help="output directory (HF format: config, safetensors, tokenizer)")
-    tiny.add_argument("--size", default="tiny", choices=SIZE_CHOICES, help="model size (default: tiny)")
+    tiny.add_argument("--size", default="tiny", choices=tuple(SIZES), help="model size (default: tiny)")
     tiny.add_argument("--seed", type=int, default=0, help="seed of the random initialisation (default: 0)")
     tiny.set_defaults(handler=_make_tiny_model)
 

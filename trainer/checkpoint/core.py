@@ -141,3 +141,22 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_rank_rng(directory: Path, rank: int) -> None:
+    """This rank's RNG state as `directory/rng_rank<rank>.pt`: the one writer of RNG files (each rank
+    writes its own; a trained role's strategy writes it beside its state, other roles in their folder)."""
+    import torch
+
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save(get_rng_state(), directory / f"rng_rank{rank}.pt")
+
+
+def load_rank_rng(directory: Path, rank: int, world_size: int) -> None:
+    """Restore what save_rank_rng wrote; a missing file names the likely cause (another world size)."""
+    import torch
+
+    file = directory / f"rng_rank{rank}.pt"
+    if not file.exists():
+        raise FileNotFoundError(f"{file} missing: was this checkpoint saved with world_size={world_size}?")
+    set_rng_state(torch.load(file, weights_only=True))

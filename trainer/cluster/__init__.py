@@ -1,6 +1,6 @@
 """Ray machinery: resource pools from device_mapping, placement groups, worker groups.
 
-The role workers (actor_train, actor_infer, …) live in `trainer.cluster.workers`.
+The roles (actor_train, actor_infer, …) live in `trainer.roles`; this package imports none of them.
 Ray itself is imported only inside the functions that place or call Ray actors: this package, the
 local backend (`LocalWorkerGroup`) and pool planning work where the `ray` package is not installed.
 """

@@ -4,6 +4,8 @@ A worker class is a plain Python class constructed as `worker_cls(role, *init_ar
 world_size)`. `WorkerGroup` hosts one instance per rank in a Ray actor placed in the role's
 `ResourcePool`; `LocalWorkerGroup` hosts a single one in the calling process. Both expose the same
 calls, and a failure on any rank surfaces at once as a `WorkerGroupError` naming role and rank.
+A call names its method by reference (`group.call_sharded(Actor.train_step, batch)`: a reader and a
+type checker can follow it to the role's Protocol); a string still works for ad-hoc worker classes.
 torch is imported only where a process group is set up, so light workers start fast; ray only in
 the Ray side's methods, so `LocalWorkerGroup` (and this module) work where Ray is not installed.
 """
@@ -11,7 +13,7 @@ the Ray side's methods, so `LocalWorkerGroup` (and this module) work where Ray i
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,13 @@ from trainer.cluster.resources import ResourcePool
 
 if TYPE_CHECKING:
     import ray
+
+Method = str | Callable[..., Any]
+"""A worker method: the function itself (its name is what the rank calls) or its name."""
+
+
+def method_name(method: Method) -> str:
+    return method if isinstance(method, str) else method.__name__
 
 
 class WorkerGroupError(RuntimeError):
@@ -227,16 +236,18 @@ class WorkerGroup:
                     results[rank] = value
         return results
 
-    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+    def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
         """The same call on every rank; results in rank order."""
+        method = method_name(method)
         return self._gather([a.call.remote(method, args, kwargs) for a in self.actors], method, self.timeout_s)
 
-    def call_all_deferred(self, method: str, *args: Any, wait: bool = True, **kwargs: Any) -> Deferred:
+    def call_all_deferred(self, method: Method, *args: Any, wait: bool = True, **kwargs: Any) -> Deferred:
         """The same call on every rank, rank 0's result left in Ray's object store: a `Deferred` to pass as an
         argument of another group's call, which fetches it itself (weights go from actor_train to actor_infer
         without a round trip through the driver). wait=True waits like `call_all` (errors and hangs surface
         the same way); wait=False returns at once and the next call on this group settles it (an actor runs
         its calls in order, so that call's ranks also start after this one's)."""
+        method = method_name(method)
         refs = [a.call_deferred.remote(method, args, kwargs) for a in self.actors]
         if wait:
             self._gather(refs, method, self.timeout_s)
@@ -244,14 +255,16 @@ class WorkerGroup:
             self.unsettled.append((method, refs))
         return Deferred(self.role, 0, method, refs[0])
 
-    def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
+    def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list:
         """Rank r gets the r-th equal contiguous slice (along dim 0) of every value in `batch`."""
+        method = method_name(method)
         shards = shard_batch(batch, self.world_size)
         refs = [a.call.remote(method, (shard,), kwargs) for a, shard in zip(self.actors, shards, strict=True)]
         return self._gather(refs, method, self.timeout_s)
 
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
         """Only rank 0 (a method without collectives, or the group would wait on the others)."""
+        method = method_name(method)
         return self._gather([self.actors[0].call.remote(method, args, kwargs)], method, self.timeout_s)[0]
 
     def shutdown(self) -> None:
@@ -304,23 +317,24 @@ class LocalWorkerGroup:
             self.shutdown()
             raise WorkerGroupError(role, 0, "start", f"{type(error).__name__}: {error}") from error
 
-    def _call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    def _call(self, method: Method, args: tuple, kwargs: dict[str, Any]) -> Any:
+        method = method_name(method)
         try:
             return getattr(self.worker, method)(*args, **kwargs)
         except Exception as error:
             raise WorkerGroupError(self.role, 0, method, f"{type(error).__name__}: {error}") from error
 
-    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+    def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
         return [self._call(method, args, kwargs)]
 
-    def call_all_deferred(self, method: str, *args: Any, wait: bool = True, **kwargs: Any) -> Any:
+    def call_all_deferred(self, method: Method, *args: Any, wait: bool = True, **kwargs: Any) -> Any:
         """In one process there is nothing to defer: the result itself."""
         return self._call(method, args, kwargs)
 
-    def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list:
+    def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list:
         return [self._call(method, (shard_batch(batch, 1)[0],), kwargs)]
 
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
         return self._call(method, args, kwargs)
 
     def shutdown(self) -> None:

@@ -111,7 +111,7 @@ def url_prefixes(prefixes: Sequence[str]) -> tuple[str, ...]:
 def parse_tiny_ref(ref: str) -> tuple[str, int]:
     """``tiny://small?seed=3`` -> ("small", 3). ValueError, naming the valid sizes, for anything else:
     the name becomes a folder of the run directory, so it must be a plain size name (never a path)."""
-    from trainer.models.tiny import SIZES  # plain data, no torch at import
+    from trainer.config.tiny_shapes import SIZES
 
     parts = urlsplit(ref)
     size = parts.netloc or "tiny"

@@ -142,8 +142,8 @@ def read_model_config(path: str, roots: Sequence[str | Path]) -> dict[str, Any] 
 
 
 def tiny_shape(path: str) -> ModelShape | None:
-    """The shape of a `tiny://<size>` model the trainer builds itself (trainer.models.tiny.SIZES)."""
-    from trainer.models.tiny import SIZES, SPECIAL_TOKENS  # plain data, no torch at import
+    """The shape of a `tiny://<size>` model the trainer builds itself (trainer.config.tiny_shapes.SIZES)."""
+    from trainer.config.tiny_shapes import SIZES, SPECIAL_TOKENS
 
     try:
         size, _ = parse_tiny_ref(path)

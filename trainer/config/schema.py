@@ -1321,10 +1321,13 @@ class PipelineConfig(Section):
     kl_loss_coef: float = fld(0.0, category="KL", ge=0, common=True, description="Weight of the KL loss term.")
 
     # Loss
-    pg_clip: float = fld(0.2, category="Loss", gt=0, description="PPO ratio clip range (both sides).")
-    pg_clip_low: float | None = fld(None, category="Loss", gt=0, description="Lower clip range; overrides pg_clip below.")
+    pg_clip: float = fld(0.2, category="Loss", gt=0, acts_through="clip_range",
+                         description="PPO ratio clip range (both sides).")
+    pg_clip_low: float | None = fld(None, category="Loss", gt=0, acts_through="clip_range",
+                                    description="Lower clip range; overrides pg_clip below.")
     pg_clip_high: float | None = fld(
-        None, category="Loss", gt=0, description="Upper clip range (clip-higher); overrides pg_clip above."
+        None, category="Loss", gt=0, acts_through="clip_range",
+        description="Upper clip range (clip-higher); overrides pg_clip above.",
     )
     dual_clip_loss: bool = fld(False, category="Loss", description="Bound the loss of negative-advantage tokens (dual clip).")
     clip_ratio_c: float = fld(3.0, category="Loss", gt=1, description="Dual-clip constant c (> 1).")
@@ -1558,6 +1561,12 @@ class PipelineConfig(Section):
         None, category="Generation", inactive=import_only("requests go to the engines without a router"),
         description="ROLL's request router of actor_infer.",
     )
+
+    def clip_range(self) -> tuple[float, float]:
+        """(low, high) of the PPO ratio clip: pg_clip_low / pg_clip_high, each else pg_clip."""
+        low = self.pg_clip_low if self.pg_clip_low is not None else self.pg_clip
+        high = self.pg_clip_high if self.pg_clip_high is not None else self.pg_clip
+        return low, high
 
     @model_validator(mode="after")
     def _apply_roll_shorthands(self) -> PipelineConfig:

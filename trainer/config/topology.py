@@ -5,6 +5,7 @@ workers and the loop all read these numbers from here (torch-free).
 
     samples per rollout   S = rollout_batch_size × num_return_sequences_in_group (agentic: rollout_batch_size)
     data parallel size    dp = world / (TP × PP × CP) for Megatron, world / Ulysses for FSDP2, else world
+                          (ParallelDims)
     global train batch    G = per_device_train_batch_size × gradient_accumulation_steps × dp
     rows per mini-batch   per_device_train_batch_size × gradient_accumulation_steps (on each rank)
     optimizer steps       (S // G) × ppo_epochs per rollout (validation requires S % G == 0)
@@ -71,17 +72,46 @@ def world_size(role: str, worker: WorkerConfig) -> int:
     return worker.world_size or 1
 
 
-def dp_size(role: str, worker: WorkerConfig, world: int | None = None) -> int:
-    """Data-parallel size of `world` ranks (default: the config's). Megatron: world / TP / PP / CP
-    (EP is not divided out); FSDP2: world / Ulysses sequence-parallel size; others: world."""
+@dataclass(frozen=True)
+class ParallelDims:
+    """How one role's ranks split (the part torchtitan's ParallelDims plays): every rank belongs to one
+    data-parallel replica of `model_parallel` ranks that hold one model copy together.
+
+        model_parallel = TP × PP × CP (Megatron) or Ulysses SP (FSDP2), else 1
+        dp             = world / model_parallel (at least 1; validation requires it to divide)
+    """
+
+    world: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    sp: int = 1
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp * self.sp
+
+    @property
+    def dp(self) -> int:
+        return max(1, self.world // self.model_parallel)
+
+
+def parallel_dims(role: str, worker: WorkerConfig, world: int | None = None) -> ParallelDims:
+    """The ParallelDims of `world` ranks of the role (default: the config's world size). Megatron's
+    expert parallelism is not divided out: experts shard inside the data-parallel replicas."""
     world = world_size(role, worker) if world is None else world
     cfg = strategy_config(worker)
     if isinstance(cfg, MegatronConfig):
-        model_parallel = cfg.tensor_model_parallel_size * cfg.pipeline_model_parallel_size * cfg.context_parallel_size
-        return max(1, world // model_parallel)
+        return ParallelDims(world, tp=cfg.tensor_model_parallel_size, pp=cfg.pipeline_model_parallel_size,
+                            cp=cfg.context_parallel_size)
     if isinstance(cfg, Fsdp2Config):
-        return max(1, world // cfg.ulysses_sequence_parallel_size)
-    return world
+        return ParallelDims(world, sp=cfg.ulysses_sequence_parallel_size)
+    return ParallelDims(world)
+
+
+def dp_size(role: str, worker: WorkerConfig, world: int | None = None) -> int:
+    """Data-parallel size of `world` ranks of the role (parallel_dims(...).dp)."""
+    return parallel_dims(role, worker, world).dp
 
 
 def num_nodes(config: PipelineConfig) -> int:
@@ -133,6 +163,16 @@ class TrainShape:
     def whole(self) -> bool:
         """S is a whole number of global batches (validation's rule)."""
         return self.samples % self.global_batch == 0
+
+
+def gradient_accumulation(samples_per_step: int, micro_batch: int, dp: int) -> int | None:
+    """Micro-batches each rank accumulates for one optimizer step of `samples_per_step` samples:
+    samples ÷ (micro_batch × dp), or None where it does not divide (the importers turn that into their
+    framework's own refusal)."""
+    per_pass = micro_batch * dp
+    if per_pass <= 0 or samples_per_step % per_pass:
+        return None
+    return samples_per_step // per_pass
 
 
 def train_shape(config: PipelineConfig, role: str, world: int | None = None) -> TrainShape:

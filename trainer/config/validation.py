@@ -686,8 +686,7 @@ def _policy_loss_issues(config: PipelineConfig) -> list[ConfigIssue]:
             issues += [_warning(f"{role}.{name}", "has no effect: the policy objective is actor_train's")
                        for name in ("pg_variant", *TOPR_WEIGHTS) if name in worker.model_fields_set]
     loss = "topr" if config.use_topr_loss else "topr_token" if variant == "topr" else config.policy_loss
-    clip_high = config.pg_clip_high if config.pg_clip_high is not None else config.pg_clip
-    clip_low = config.pg_clip_low if config.pg_clip_low is not None else config.pg_clip
+    clip_low, clip_high = config.clip_range()
     if loss == "gspo" and max(clip_low, clip_high) > 0.01:
         issues.append(_warning("pg_clip", f"policy_loss gspo clips the sequence ratio at 1 - {clip_low} / "
                                f"1 + {clip_high}, which it rarely reaches; the GSPO paper uses "

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer import roles
 from trainer.algorithms.trajectory_norm import normalization_groups, normalize_scores
 from trainer.envs.manager import EnvManager, Episode, derive_seed
 from trainer.pipeline.metrics import data_metrics
@@ -68,7 +69,7 @@ class AgenticPipeline(RLVRPipeline):
         super().__init__(cfg, emitter, groups=groups, tokenizer=tokenizer, train_prompts=[],
                          eval_prompts=val_envs.episodes(None) if val_envs is not None else [],
                          sampler=train_envs, log=log)
-        self.infer_world = len(groups["actor_infer"].call_all("ping"))
+        self.infer_world = len(groups["actor_infer"].call_all(roles.Role.ping))
         self.setup = PlaySetup(self.generate_rows, tokenizer, chat_format(tokenizer), cfg.prompt_length,
                                cfg.response_length, keep_frames=cfg.render_save_dir is not None)
         tags = sorted({*train_envs.tags, *(val_envs.tags if val_envs is not None else ())})

@@ -30,15 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer import roles
 from trainer.algorithms import kl as kl_algos
 from trainer.algorithms import off_policy
 from trainer.algorithms.advantages import compute_advantages
 from trainer.checkpoint import core as ckpt
 from trainer.config import topology
 from trainer.config.topology import train_shape
+from trainer.models.batch import build_batch
 from trainer.pipeline import dynamic_sampling, rewarding
 from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
-from trainer.pipeline.batch import build_batch
 from trainer.pipeline.ledger import LEDGER_FILE, Ledger
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.models import policy_path
@@ -141,11 +142,11 @@ def push_weights_in_process(train: Any, infer: Any, bucket_bytes: int = WEIGHT_B
     A colocated engine sleeps (weights parked on the CPU) while the trainer works; it is woken first,
     so the weights land where they will run: generation is the engine's next use either way, and
     loading into the parked copy would send every tensor through the CPU twice."""
-    infer.call_all("wake")
-    device, dtype = infer.call_rank0("weight_format")
+    infer.call_all(roles.Rollout.wake)
+    device, dtype = infer.call_rank0(roles.Rollout.weight_format)
     sent = 0
-    for bucket in train.call_rank0("weight_buckets", device, dtype, bucket_bytes):
-        infer.call_all("load_weights", bucket)
+    for bucket in train.call_rank0(roles.Actor.weight_buckets, device, dtype, bucket_bytes):
+        infer.call_all(roles.Rollout.load_weights, bucket)
         sent += 1
     return sent
 
@@ -173,7 +174,7 @@ class RLVRPipeline:
         self.uses_reference = "reference" in groups
         # One optimizer step on fresh rollouts: the old policy IS the current one, so the loss uses
         # the detached current log-probs and the extra forward pass is skipped (as verl and TRL do).
-        actor_world = len(groups["actor_train"].call_all("ping"))
+        actor_world = len(groups["actor_train"].call_all(roles.Role.ping))
         one_update = train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout == 1
         self.needs_old_log_probs = not one_update or cfg.add_token_level_kl
         # actor_train recomputes them (the default) when needed, and on every step for an engine with its
@@ -275,10 +276,10 @@ class RLVRPipeline:
         group = self.groups["actor_infer"]
         ids = [r["input_ids"] for r in records]
         if self.infer_sleeps:
-            group.call_all("wake")
-        per_rank = group.call_sharded("generate", {"prompt_ids": ids}, params=params)
+            group.call_all(roles.Rollout.wake)
+        per_rank = group.call_sharded(roles.Rollout.generate, {"prompt_ids": ids}, params=params)
         if self.infer_sleeps:
-            group.call_all("sleep")
+            group.call_all(roles.Rollout.sleep)
         shard = len(ids) // max(1, len(per_rank))
         gens: list[Generation] = []
         for rank, part in enumerate(per_rank):
@@ -292,7 +293,7 @@ class RLVRPipeline:
         samples = [records[g.prompt_index] for g in gens]
         prompts = [s["prompt"] for s in samples]
         scores = self.groups["reward"].call_rank0(
-            "score", {"prompts": prompts, "responses": responses, "samples": samples}
+            roles.Reward.score, {"prompts": prompts, "responses": responses, "samples": samples}
         )
         return responses, torch.tensor(scores, dtype=torch.float32)
 
@@ -429,18 +430,18 @@ class RLVRPipeline:
         corrects = bool((staleness > 0).any()) and cfg.off_policy_correction != "none"
         if self.recomputes_log_probs or corrects:
             with timer("old_log_probs"):
-                batch["old_log_probs"] = torch.cat(self.groups["actor_train"].call_sharded("compute_log_probs", batch))
+                batch["old_log_probs"] = torch.cat(self.groups["actor_train"].call_sharded(roles.Actor.compute_log_probs, batch))
             if not bool((staleness > 0).any()):  # for stale samples the gap is policy drift: async/is_ratio_*
                 metrics.update(logprob_mismatch(engine_log_probs, batch["old_log_probs"], mask))
         if cfg.use_rollout_log_probs:
             batch["old_log_probs"] = engine_log_probs
         if self.uses_reference:
             with timer("ref_log_probs"):
-                batch["ref_log_probs"] = torch.cat(self.groups["reference"].call_sharded("compute_log_probs", batch))
+                batch["ref_log_probs"] = torch.cat(self.groups["reference"].call_sharded(roles.Reference.compute_log_probs, batch))
         values = None
         if "critic" in self.groups:
             with timer("values"):
-                values = torch.cat(self.groups["critic"].call_sharded("compute_values", batch))
+                values = torch.cat(self.groups["critic"].call_sharded(roles.Critic.compute_values, batch))
 
         with timer("advantages"):
             keep, mask_metrics = rewarding.sample_mask(cfg, scores, group_ids, response_lengths=mask.sum(-1),
@@ -485,11 +486,11 @@ class RLVRPipeline:
 
         if "critic" in self.groups:
             with timer("critic_update"):
-                metrics.update(_mean_dicts(self.groups["critic"].call_sharded("train_step", batch, step=step)))
+                metrics.update(_mean_dicts(self.groups["critic"].call_sharded(roles.Critic.train_step, batch, step=step)))
         if step > cfg.critic_warmup:
             with timer("actor_update"):
                 metrics.update(_mean_dicts(
-                    self.groups["actor_train"].call_sharded("train_step", actor_batch, step=step)))
+                    self.groups["actor_train"].call_sharded(roles.Actor.train_step, actor_batch, step=step)))
 
         return token_rewards, values, weights
 
@@ -543,11 +544,11 @@ class RLVRPipeline:
         tensors never pass through the driver), in one process the state dict itself. wait=False returns
         before actor_train has them: actor_infer's load waits for rank 0, actor_train's next call settles
         every rank."""
-        return self.groups["actor_train"].call_all_deferred("full_state_dict", wait=wait)
+        return self.groups["actor_train"].call_all_deferred(roles.Actor.full_state_dict, wait=wait)
 
     def load_engine_weights(self, state: Any) -> None:
         """Weights (a state dict, or train_weights' deferred one) into every actor_infer rank."""
-        self.groups["actor_infer"].call_all("load_weights", state)
+        self.groups["actor_infer"].call_all(roles.Rollout.load_weights, state)
 
     def engine_turn(self) -> contextlib.AbstractContextManager[Any]:
         """actor_infer to this thread while the producer runs (it generates under the same lock)."""
@@ -637,12 +638,12 @@ class RLVRPipeline:
             torch.save(ckpt.get_rng_state(), tmp / "driver_rng.pt")
             for role in ("actor_train", "critic"):
                 if role in self.groups:
-                    self.groups[role].call_all("save_checkpoint", str(tmp))
+                    self.groups[role].call_all(roles.Trained.save_checkpoint, str(tmp))
             with self.engine_turn():
-                self.groups["actor_infer"].call_all("save_rng", str(tmp))
+                self.groups["actor_infer"].call_all(roles.Role.save_rng, str(tmp))
             if "reference" in self.groups:
-                self.groups["reference"].call_all("save_rng", str(tmp))
-            self.groups["actor_train"].call_all("save_hf", str(tmp / "hf_model"), policy_path(self.cfg))
+                self.groups["reference"].call_all(roles.Role.save_rng, str(tmp))
+            self.groups["actor_train"].call_all(roles.Actor.save_hf, str(tmp / "hf_model"), policy_path(self.cfg))
         final = self.checkpoints / f"step_{self.step}"
         self.ledger.record("checkpoint", step=self.step, upto=held["ledger_lines"], path=str(final),
                            buffer=[r.batch_id for r in held["buffer"]], pending=[p.batch_id for p in held["pending"]])
@@ -668,10 +669,10 @@ class RLVRPipeline:
         self.step_times = list(state.get("step_times", []))
         for role in ("actor_train", "critic"):
             if role in self.groups:
-                self.groups[role].call_all("load_checkpoint", str(path))
+                self.groups[role].call_all(roles.Trained.load_checkpoint, str(path))
         for role in ("actor_infer", "reference"):
             if role in self.groups:
-                self.groups[role].call_all("load_rng", str(path))
+                self.groups[role].call_all(roles.Role.load_rng, str(path))
         ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=True))
         self.sync_weights()
         held = state.get("rollout", {})  # absent in checkpoints older than the ledger

@@ -74,7 +74,7 @@ def build_groups(cfg: PipelineConfig, roles: list[str], backend: str,
                  phase: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """One worker group per role: Ray actors placed by device_mapping, or in-process (``local``).
     ``phase`` hears what is being done (placing workers, loading a role's model)."""
-    from trainer.cluster.workers import WORKER_CLASSES, needs_process_group
+    from trainer.roles import WORKER_CLASSES, needs_process_group
 
     groups: dict[str, Any] = {}
     if backend == "local":
@@ -229,6 +229,7 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     from trainer.data.sampler import PromptSampler
     from trainer.models.loading import load_tokenizer
     from trainer.pipeline.rlvr import RLVRPipeline
+    from trainer.roles import Role
 
     hf_logging.disable_progress_bar()
     cfg = _with_reference_default(materialise_tiny_models(cfg))
@@ -259,7 +260,7 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     sampler = PromptSampler(len(train), cfg.rollout_batch_size, seed=cfg.seed if data_seed is None else data_seed,
                             shuffle=data_args.shuffle)
     groups.update(build_groups(cfg, roles, backend, phase=emitter.phase))
-    sizes = ", ".join(f"{role} x{len(groups[role].call_all('ping'))}" for role in roles)
+    sizes = ", ".join(f"{role} x{len(groups[role].call_all(Role.ping))}" for role in roles)
     log(f"roles: {sizes}; {len(train)} train / {len(evals)} eval prompts; backend {backend}")
     return RLVRPipeline(cfg, emitter, groups=groups, tokenizer=tokenizer, train_prompts=train,
                         eval_prompts=evals, sampler=sampler, log=log)

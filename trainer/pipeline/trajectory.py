@@ -1,6 +1,6 @@
 """Multi-turn episodes played through a rollout engine, as token sequences and batch rows.
 
-A trajectory becomes one row of the RLVR batch layout (trainer.pipeline.batch). Its prompt is the
+A trajectory becomes one row of the RLVR batch layout (trainer.models.batch). Its prompt is the
 first user message (instruction + first observation) through the chat template with the generation
 prompt; everything after it is its response:
 
@@ -34,7 +34,7 @@ from torch import Tensor
 
 from trainer.envs.base import DONE_REASONS, Env
 from trainer.envs.manager import EnvManager, Episode, TurnLimits
-from trainer.pipeline.batch import build_batch
+from trainer.models.batch import build_batch
 from trainer.rollout.base import Generation, SamplingParams
 
 _A, _O = "\x02ASSISTANT\x03", "\x02OBSERVATION\x03"  # sentinels no template alters

@@ -121,16 +121,35 @@ class TrainStrategy(ForwardStrategy, Protocol):
     def load_checkpoint(self, path: Path) -> None: ...
 
 
-class StrategyBase:
-    """The skeleton every strategy shares: where its inputs go and under which precision it computes.
+@dataclass(frozen=True)
+class DataParallel:
+    """This rank's place in data parallelism: what the update uses to cut and count the rows.
+    `group` None is the default process group (every rank a replica); Megatron's model-parallel
+    ranks share one data-parallel rank and have a group of their own."""
 
-    A subclass sets `model` and `device`; it overrides `forward_model` when the module a forward
-    function should call is not `model` (DeepSpeed's engine, Megatron's pipeline), and
-    `compute_context` when it computes under autocast (torch_train's mixed precision).
+    rank: int
+    size: int
+    group: Any = None
+
+
+class StrategyBase:
+    """The skeleton every strategy shares: where its inputs go, under which precision it computes,
+    and which rows it answers for.
+
+    A subclass sets `model` and `device` (and `data_parallel` when it trains over several ranks); it
+    overrides `forward_model` when the module a forward function should call is not `model`
+    (DeepSpeed's engine, Megatron's pipeline), `compute_context` when it computes under autocast
+    (torch_train's mixed precision), and `join_model_parallel_rows` when ranks compute on rows
+    together (Megatron's tensor/pipeline groups).
     """
 
     model: nn.Module
     device: torch.device
+    data_parallel: DataParallel = DataParallel(0, 1)
+
+    def join_model_parallel_rows(self, batch: Mapping[str, Any]) -> tuple[dict[str, Any], slice]:
+        """(the rows this rank computes on, the slice of them it answers for): its own, by default."""
+        return dict(batch), slice(None)
 
     def forward_model(self) -> nn.Module:
         return self.model
@@ -154,6 +173,54 @@ class StrategyBase:
         state = self.model.state_dict()
         full = ((name, value.full_tensor() if isinstance(value, DTensor) else value) for name, value in state.items())
         return weight_buckets(full, device=torch.device(device), dtype=dtype, bucket_bytes=bucket_bytes)
+
+
+class TrainStrategyBase(StrategyBase):
+    """The training step torch_train and fsdp2_train share: zero_grad → accumulate → (unscale) → clip
+    → step. A subclass builds `model`, then calls `init_optimizer`; it may set `scaler` (fp16)."""
+
+    name: str
+    optim: OptimConfig
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None = None
+
+    def init_optimizer(self, optim: OptimConfig) -> None:
+        self.optim = optim
+        self.optimizer = build_optimizer(self.model.parameters(), optim)
+        self.scheduler = build_scheduler(self.optimizer, optim)
+
+    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over this rank's micro-batches. Returns the global `grad_norm`, `lr`,
+        `update_skipped`, `loss` summed over this rank's micro-batches (summed over ranks it is the
+        global objective) and the loss_fn metrics averaged over them. Gradients stay on the
+        parameters until the next step."""
+        require_same_micro_batch_count(self.name, len(micro_batches))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, metrics = accumulate_gradients(self.model, micro_batches, loss_fn, self.device,
+                                                 backward=self.backward, compute_context=self.compute_context)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # true gradients for the norm, the clip and the step
+        grad_norm = clip_grad_norm(list(self.model.parameters()), self.optim.max_grad_norm)
+        stepped = optimizer_step(self.optimizer, self.scheduler, grad_norm)
+        if self.scaler is not None:
+            self.scaler.update()  # halves the scale after an inf/NaN gradient, grows it after a run of finite ones
+        return {**metrics, **stepped, "loss": loss_sum.item()}
+
+    def backward(self, loss: Tensor, last: bool) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+
+def require_same_micro_batch_count(name: str, count: int) -> None:
+    """Every rank of the process group must bring the same number of micro-batches to a step: checked
+    first, since a mismatch would otherwise hang in a collective."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    counts: list[int] = [0] * dist.get_world_size()
+    dist.all_gather_object(counts, count)
+    if len(set(counts)) != 1:
+        raise ValueError(f"{name}: ranks got different numbers of micro-batches {counts}; they must match")
 
 
 class PlainForward(StrategyBase):

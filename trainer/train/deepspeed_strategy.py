@@ -34,9 +34,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from trainer.checkpoint.core import get_rng_state, set_rng_state
+from trainer.checkpoint.core import load_rank_rng, save_rank_rng
 from trainer.config.topology import TrainShape
 from trainer.train.base import (
+    DataParallel,
     LossFn,
     OptimConfig,
     StrategyBase,
@@ -45,6 +46,7 @@ from trainer.train.base import (
     clip_grad_norm,
     lr_multiplier,
     require_process_group,
+    require_same_micro_batch_count,
 )
 from trainer.train.deepspeed_config import (
     build_ds_config,
@@ -150,6 +152,7 @@ class DeepSpeedStrategy(StrategyBase):
     ) -> None:
         require_process_group("deepspeed_train", rank, world_size)
         self.rank, self.world_size = rank, world_size
+        self.data_parallel = DataParallel(rank, world_size)
         self.device = torch.device(device)
         self.optim = optim
         config = parse_strategy_config(strategy_config)
@@ -174,10 +177,7 @@ class DeepSpeedStrategy(StrategyBase):
     def forward_backward(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> tuple[Tensor, dict[str, float]]:
         """Backward on every micro-batch; after it the reduced gradient of the step is in place
         (deepspeed.utils.safe_get_full_grad reads it) until optimizer_step."""
-        counts: list[int] = [0] * self.world_size
-        dist.all_gather_object(counts, len(micro_batches))
-        if len(set(counts)) != 1:
-            raise ValueError(f"deepspeed_train: ranks got different numbers of micro-batches {counts}; they must match")
+        require_same_micro_batch_count("deepspeed_train", len(micro_batches))
         self.engine.train()
         return accumulate_gradients(self.engine, micro_batches, loss_fn, self.device, backward=self._backward)
 
@@ -224,22 +224,19 @@ class DeepSpeedStrategy(StrategyBase):
         self.engine.save_checkpoint(
             str(path), tag=CHECKPOINT_TAG, client_state={"optimizer_steps": self.optimizer_steps}, save_latest=False
         )
-        torch.save(get_rng_state(), path / f"rng_rank{self.rank}.pt")
+        save_rank_rng(path, self.rank)
         dist.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Collective. The world size must equal the one that saved (ZeRO partitions are per rank)."""
         path = Path(path)
-        rng_file = path / f"rng_rank{self.rank}.pt"
-        if not rng_file.exists():
-            raise FileNotFoundError(f"{rng_file} missing: was this checkpoint saved with world_size={self.world_size}?")
+        load_rank_rng(path, self.rank, self.world_size)  # first: a missing file names a world-size change
         loaded, client_state = self.engine.load_checkpoint(
             str(path), tag=CHECKPOINT_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
         )
         if loaded is None:
             raise FileNotFoundError(f"{path / CHECKPOINT_TAG}: no DeepSpeed checkpoint there")
         self.optimizer_steps = int(client_state["optimizer_steps"])
-        set_rng_state(torch.load(rng_file, weights_only=True))
 
 
 class DeepSpeedForward(StrategyBase):

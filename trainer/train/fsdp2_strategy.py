@@ -34,16 +34,12 @@ from torch.distributed.fsdp import (
     fully_shard,
 )
 
-from trainer.checkpoint.core import get_rng_state, set_rng_state
+from trainer.checkpoint.core import load_rank_rng, save_rank_rng
 from trainer.train.base import (
-    LossFn,
+    DataParallel,
     OptimConfig,
     StrategyBase,
-    accumulate_gradients,
-    build_optimizer,
-    build_scheduler,
-    clip_grad_norm,
-    optimizer_step,
+    TrainStrategyBase,
     require_process_group,
 )
 
@@ -53,7 +49,9 @@ STRATEGY_CONFIG_KEYS = (
 )
 
 
-class FSDP2Strategy(StrategyBase):
+class FSDP2Strategy(TrainStrategyBase):
+    name = "fsdp2_train"
+
     def __init__(
         self,
         model: nn.Module,
@@ -66,8 +64,8 @@ class FSDP2Strategy(StrategyBase):
     ) -> None:
         require_process_group("fsdp2_train", rank, world_size)
         self.rank, self.world_size = rank, world_size
+        self.data_parallel = DataParallel(rank, world_size)
         self.device = torch.device(device)
-        self.optim = optim
         model = shard_model(model, self.device, world_size, parse_strategy_config(strategy_config or {}))
         # The loss arrives divided by the GLOBAL normaliser (e.g. all tokens on all ranks), so the
         # true gradient is the SUM of the ranks' gradients. FSDP2 averages (divides by the DP size)
@@ -78,26 +76,7 @@ class FSDP2Strategy(StrategyBase):
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)
         self.model = model
-        self.optimizer = build_optimizer(model.parameters(), optim)
-        self.scheduler = build_scheduler(self.optimizer, optim)
-
-    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]:
-        """One optimizer step over this rank's micro-batches (every rank must bring the same number,
-        checked first: a mismatch would otherwise hang in a collective).
-
-        Returns the global `grad_norm` and `lr`, and — like torch_train, per rank — `loss` summed
-        over this rank's micro-batches (summed over ranks it is the global objective) and the
-        loss_fn metrics averaged over this rank's micro-batches.
-        """
-        counts: list[int] = [0] * self.world_size
-        dist.all_gather_object(counts, len(micro_batches))
-        if len(set(counts)) != 1:
-            raise ValueError(f"fsdp2_train: ranks got different numbers of micro-batches {counts}; they must match")
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, metrics = accumulate_gradients(self.model, micro_batches, loss_fn, self.device)
-        grad_norm = clip_grad_norm(list(self.model.parameters()), self.optim.max_grad_norm)
-        return {**metrics, **optimizer_step(self.optimizer, self.scheduler, grad_norm), "loss": loss_sum.item()}
+        self.init_optimizer(optim)
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """Unsharded CPU tensors on rank 0; `{}` on the other ranks. Collective: call on all ranks."""
@@ -112,15 +91,13 @@ class FSDP2Strategy(StrategyBase):
         dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=path / "dcp")
         if self.rank == 0:
             torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
-        torch.save(get_rng_state(), path / f"rng_rank{self.rank}.pt")
+        save_rank_rng(path, self.rank)
         dist.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         """Collective. The world size must equal the one that saved (RNG files are per rank)."""
         path = Path(path)
-        rng_file = path / f"rng_rank{self.rank}.pt"
-        if not rng_file.exists():
-            raise FileNotFoundError(f"{rng_file} missing: was this checkpoint saved with world_size={self.world_size}?")
+        load_rank_rng(path, self.rank, self.world_size)  # first: a missing file names a world-size change
         # get_state_dict initialises the lazy AdamW state, so dcp.load has tensors to load into.
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         state = {"model": model_state, "optimizer": optim_state}
@@ -129,7 +106,6 @@ class FSDP2Strategy(StrategyBase):
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
         )
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-        set_rng_state(torch.load(rng_file, weights_only=True))
 
 
 class FSDP2Forward(StrategyBase):

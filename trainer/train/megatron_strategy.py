@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -67,12 +66,14 @@ from trainer.models.megatron_convert import (
 )
 from trainer.models.value import ValueModel
 from trainer.train.base import (
+    DataParallel,
     LossFn,
     OptimConfig,
     StrategyBase,
     check_loss_metrics,
     lr_multiplier,
     require_process_group,
+    require_same_micro_batch_count,
     to_device,
 )
 from trainer.train.megatron_config import (
@@ -286,7 +287,7 @@ class StageOutput(nn.Module):
         return CausalLMOutputWithPast(logits=logits[..., : self.layout.vocab_size])
 
     def response_logprobs(self, batch: Mapping[str, Tensor], temperature: float) -> Tensor:
-        """log p(response token) [B, R] from this rank's vocabulary shard (trainer.pipeline.batch's
+        """log p(response token) [B, R] from this rank's vocabulary shard (trainer.models.batch's
         response_logprobs, computed without gathering the vocabulary)."""
         width_r = batch["response_mask"].size(1)
         shard = self.output[:, self.width - width_r - 1 : self.width - 1].float()
@@ -535,15 +536,6 @@ class _MegatronModel(StrategyBase):
         }
 
 
-@dataclass(frozen=True)
-class DataParallel:
-    """This rank's place in data parallelism: what the workers use to cut and count the rows."""
-
-    rank: int
-    size: int
-    group: Any
-
-
 def _concat(values: list[Any]) -> Any:
     return torch.cat(values) if isinstance(values[0], Tensor) else [v for part in values for v in part]
 
@@ -605,12 +597,7 @@ class MegatronStrategy(_MegatronModel):
         """One optimizer step over this data-parallel rank's micro-batches (every rank must bring the
         same number: checked first, a mismatch would hang in a collective). `loss` is this DP rank's
         sum of micro-batch losses, the loss_fn metrics their mean, on every rank of the pipeline."""
-        counts: list[int] = [0] * dist.get_world_size()
-        dist.all_gather_object(counts, len(micro_batches))
-        if len(set(counts)) != 1:
-            raise ValueError(
-                f"megatron_train: ranks got different numbers of micro-batches {counts}; they must match"
-            )
+        require_same_micro_batch_count("megatron_train", len(micro_batches))
         if not micro_batches:
             raise ValueError("train_step got no micro-batches")
         for chunk in self.chunks:

@@ -13,7 +13,7 @@ one position and t its token:
     H          = log S + m − E / S                  (= −Σ_v p_v log p_v)
 
 This is how the whole-vocabulary log_softmax computes, with its one sum split across ranks: the
-results equal trainer.pipeline.batch.token_logprobs and the entropy of the full logits up to the
+results equal trainer.models.batch.token_logprobs and the entropy of the full logits up to the
 order of floating-point additions.
 """
 

@@ -17,17 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from trainer.checkpoint.core import get_rng_state, set_rng_state
-from trainer.train.base import (
-    LossFn,
-    OptimConfig,
-    StrategyBase,
-    accumulate_gradients,
-    build_optimizer,
-    build_scheduler,
-    clip_grad_norm,
-    optimizer_step,
-)
+from trainer.checkpoint.core import load_rank_rng, save_rank_rng
+from trainer.train.base import OptimConfig, TrainStrategyBase
 
 COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 STRATEGY_CONFIG_KEYS = ("param_dtype",)
@@ -50,9 +41,11 @@ def compute_dtype(model: nn.Module, strategy_config: dict[str, Any] | None) -> t
     return COMPUTE_DTYPES[name]
 
 
-class TorchStrategy(StrategyBase):
+class TorchStrategy(TrainStrategyBase):
     """Checkpoint layout: `model.pt`, `optimizer.pt`, `scheduler.pt`, `rng_rank0.pt` in `path`
     (and `grad_scaler.pt` under fp16)."""
+
+    name = "torch_train"
 
     def __init__(self, model: nn.Module, optim: OptimConfig, *, device: str = "cpu",
                  strategy_config: dict[str, Any] | None = None) -> None:
@@ -60,32 +53,13 @@ class TorchStrategy(StrategyBase):
         self.dtype = compute_dtype(model, strategy_config)
         # master weights in fp32 whatever the model was loaded in; autocast computes in self.dtype
         self.model = model.to(self.device, torch.float32)
-        self.optim = optim
-        self.optimizer = build_optimizer(self.model.parameters(), optim)
-        self.scheduler = build_scheduler(self.optimizer, optim)
+        self.init_optimizer(optim)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.dtype == torch.float16 else None
 
     def compute_context(self) -> AbstractContextManager[Any]:
         if self.dtype == torch.float32:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
-
-    def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]:
-        """One optimizer step. Gradients stay on the parameters until the next step."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, metrics = accumulate_gradients(self.model, micro_batches, loss_fn, self.device,
-                                                 backward=self._backward, compute_context=self.compute_context)
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)  # true gradients for the norm, the clip and the step
-        grad_norm = clip_grad_norm(list(self.model.parameters()), self.optim.max_grad_norm)
-        stepped = optimizer_step(self.optimizer, self.scheduler, grad_norm)
-        if self.scaler is not None:
-            self.scaler.update()  # halves the scale after an inf/NaN gradient, grows it after a run of finite ones
-        return {**metrics, **stepped, "loss": loss_sum.item()}
-
-    def _backward(self, loss: Tensor, last: bool) -> None:
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def full_state_dict(self) -> dict[str, Tensor]:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
@@ -98,7 +72,7 @@ class TorchStrategy(StrategyBase):
         torch.save(self.scheduler.state_dict(), path / "scheduler.pt")
         if self.scaler is not None:
             torch.save(self.scaler.state_dict(), path / "grad_scaler.pt")
-        torch.save(get_rng_state(), path / "rng_rank0.pt")
+        save_rank_rng(path, 0)
 
     def load_checkpoint(self, path: Path) -> None:
         path = Path(path)
@@ -107,4 +81,4 @@ class TorchStrategy(StrategyBase):
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
         if self.scaler is not None and (path / "grad_scaler.pt").exists():
             self.scaler.load_state_dict(torch.load(path / "grad_scaler.pt", weights_only=True))
-        set_rng_state(torch.load(path / "rng_rank0.pt", weights_only=True))
+        load_rank_rng(path, 0, 1)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer.cluster import LocalWorkerGroup
-from trainer.cluster.workers import ReferenceWorker
+from trainer.roles.reference import ReferenceWorker
 
 STRATEGIES = {
     "hf_infer": ({}, "PlainForward"),
@@ -43,8 +43,8 @@ def pipeline_batch(vocab: int) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_reference_log_probs_equal_the_plain_forward(tiny_config, name: str) -> None:
     from trainer.config.schema import WorkerConfig
+    from trainer.models.batch import response_logprobs
     from trainer.models.loading import load_model
-    from trainer.pipeline.batch import response_logprobs
 
     config, kind = STRATEGIES[name]
     cfg = tiny_config.model_copy(deep=True)

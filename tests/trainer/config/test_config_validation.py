@@ -264,13 +264,13 @@ def test_reward_norm_sets_norm_types() -> None:
 
 
 def test_roll_worker_cls_maps_to_reward_type() -> None:
-    from trainer.pipeline.rewarding import _reward_type
+    from trainer.roles.reward import reward_type
 
     cls = "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"
     result = validate_config(changed({"rewards": {"math": {"worker_cls": cls}}}))
     assert result.ok, result.errors
     section = result.config.rewards["math"]
-    assert section.reward_type is None and _reward_type("math", section) == "math_rule"  # what the loop runs
+    assert section.reward_type is None and reward_type("math", section) == "math_rule"  # what the loop runs
     unknown = validate_config(changed({"rewards": {"math": {"worker_cls": "roll.pipeline.rlvr.rewards.Nope"}}}))
     assert any(i.path == "rewards.math.worker_cls" for i in unknown.errors), unknown.issues
 

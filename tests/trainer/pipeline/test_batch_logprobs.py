@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.trainer.train.tiny_qwen import tiny_qwen2
-from trainer.pipeline.batch import build_batch, response_logprobs
+from trainer.models.batch import build_batch, response_logprobs
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])

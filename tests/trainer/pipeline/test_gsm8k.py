@@ -52,7 +52,7 @@ def test_gsm8k_file_with_math_rule_reward(tmp_path: Path, redis_url: str) -> Non
 def test_math_rule_route_scores_a_correct_answer() -> None:
     """The reward routing the run uses gives 1 to a right final answer and 0 to a wrong one."""
     from trainer.config import PipelineConfig
-    from trainer.pipeline.rewarding import build_reward_fn
+    from trainer.roles.reward import build_reward_fn
 
     cfg = PipelineConfig.model_validate({"rewards": {"math": {"reward_type": "math_rule"}}})
     score = build_reward_fn(cfg)

@@ -1,5 +1,5 @@
 """Every config knob that reaches the actor loss is wired (issue 22): the loss the loop builds from a
-config (trainer.pipeline.losses.make_actor_loss) is compared with the formula written out here, in
+config (trainer.roles.actor.actor_loss) is compared with the formula written out here, in
 plain torch, on a real tiny model's log-probs. Disconnecting a knob (e.g. `clip_high = clip_low`)
 changes the loss and fails its test."""
 
@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tests.trainer.pipeline.conftest import load_cfg
-from trainer.pipeline import losses
-from trainer.pipeline.batch import build_batch, response_logits, token_logprobs
+from trainer.models.batch import build_batch, response_logits, token_logprobs
+from trainer.roles.actor import actor_loss as loop_actor_loss
+from trainer.train.ppo_update import attach_normalisers
 
 TEMPERATURE = 1.0
 
@@ -45,13 +46,13 @@ def micro(model) -> dict[str, torch.Tensor]:
     mb["advantages"] = torch.tensor([[1.0] * 3, [-1.0] * 3, [0.5] * 3, [-2.0] * 3])
     mb["scores"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
     mask = mb["response_mask"]
-    losses.attach_normalisers([mb], mask.sum(), (mask.sum(-1) > 0).sum().float(), world_size=1)
+    attach_normalisers([mb], mask.sum(), (mask.sum(-1) > 0).sum().float(), dp_size=1)
     return mb
 
 
 def actor_loss(tmp_path: Path, model, micro, *overrides: str) -> float:
     cfg = load_cfg(tmp_path, *overrides)
-    loss, _ = losses.make_actor_loss(cfg, TEMPERATURE)(model, micro)
+    loss, _ = loop_actor_loss(cfg, TEMPERATURE, model, micro)
     return float(loss)
 
 
@@ -126,3 +127,4 @@ def test_topr_replaces_the_ppo_objective(tmp_path: Path, model, micro) -> None:
     ppo = actor_loss(tmp_path, model, micro, "entropy_loss_coef=0")
     topr = actor_loss(tmp_path, model, micro, "entropy_loss_coef=0", "use_topr_loss=true")
     assert topr != pytest.approx(ppo, abs=1e-6)
+

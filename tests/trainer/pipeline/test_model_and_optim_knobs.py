@@ -27,7 +27,7 @@ def _cfg(tmp_path: Path, tiny_model: Path, *overrides: str):
 
 
 def test_model_args_reach_the_loaded_model(tmp_path: Path, tiny_model: Path) -> None:
-    from trainer.cluster.workers import load_role_model
+    from trainer.roles.common import load_role_model
 
     cfg = _cfg(tmp_path, tiny_model, "actor_train.model_args.attn_implementation=eager",
                "actor_train.model_args.disable_gradient_checkpointing=false",
@@ -44,7 +44,7 @@ def test_model_args_reach_the_loaded_model(tmp_path: Path, tiny_model: Path) -> 
 
 def test_gradient_checkpointing_changes_no_gradient(tmp_path: Path, tiny_model: Path) -> None:
     """Recomputing activations is a memory/speed trade: the gradients must be the same."""
-    from trainer.cluster.workers import load_role_model
+    from trainer.roles.common import load_role_model
 
     grads = []
     for flag in ("false", "true"):
@@ -73,16 +73,16 @@ def test_training_args_optim_picks_the_optimizer(optim: str, expected_class: typ
 
 
 def test_training_seed_and_tf32_are_applied_per_rank(tmp_path: Path, tiny_model: Path) -> None:
-    from trainer.cluster.workers import _seed_training_role
+    from trainer.roles.common import seed_training_role
 
     cfg = _cfg(tmp_path, tiny_model, "seed=5", "actor_train.training_args.seed=1234",
                "actor_train.training_args.tf32=true")
     before = torch.backends.cuda.matmul.allow_tf32
     try:
-        _seed_training_role(cfg, "actor_train", rank=3)
+        seed_training_role(cfg, "actor_train", rank=3)
         assert torch.initial_seed() == 1234 + 3
         assert torch.backends.cuda.matmul.allow_tf32 is True
-        _seed_training_role(_cfg(tmp_path, tiny_model, "seed=5"), "actor_train", rank=1)
+        seed_training_role(_cfg(tmp_path, tiny_model, "seed=5"), "actor_train", rank=1)
         assert torch.initial_seed() == 5 + 1  # unset: the pipeline seed
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before

@@ -86,3 +86,30 @@ def test_resume_on_the_ray_backend_restores_every_stateful_part(tmp_path: Path, 
         assert not mismatched, f"step {step}: {mismatched}"
     # the state is live, so equality proves it was carried over
     assert full[3]["actor/kl_coef"] != full[1]["actor/kl_coef"]
+
+
+LEGACY = REPO_ROOT / "tests" / "fixtures" / "checkpoints"
+
+
+def test_a_checkpoint_written_by_the_layout_before_roles_resumes_exactly(tmp_path: Path) -> None:
+    """tests/fixtures/checkpoints/7853fe5_ppo_step_2 was written at commit 7853fe5 (role workers in
+    trainer/cluster/workers.py, RNG saved twice per trained rank) by the PPO demo below stopped at step 2;
+    7853fe5_ppo_metrics.json holds that commit's uninterrupted steps 3 and 4. Resumed by today's code
+    (trainer/roles, RNG once per rank), steps 3 and 4 match them."""
+    import json
+    import shutil
+
+    checkpoint = tmp_path / "7853fe5_step_2"
+    shutil.copytree(LEGACY / "7853fe5_ppo_step_2", checkpoint)
+    expected = {int(step): values for step, values in json.loads((LEGACY / "7853fe5_ppo_metrics.json").read_text()).items()}
+    source = REPO_ROOT / "examples" / "demo_ppo_cpu.yaml"
+    common = ("max_steps=4", "eval_steps=2", "save_steps=2", "seed=7", *PPO)
+    out = tmp_path / "run"
+    assert run_local(load_cfg(out, *common, f"resume_from_checkpoint={checkpoint}", source=source)) == 0
+    resumed = metrics_by_step(out)
+    assert sorted(resumed) == [3, 4]
+    for step in (3, 4):
+        keys = {k for k in expected[step] if not k.startswith("timing/")}
+        assert {"actor/pg_loss", "critic/vf_loss", "reward/mean"} <= keys <= set(resumed[step])
+        mismatched = {k: (expected[step][k], resumed[step][k]) for k in keys if abs(expected[step][k] - resumed[step][k]) > 1e-6}
+        assert not mismatched, f"step {step}: {mismatched}"

@@ -11,21 +11,9 @@ import pytest
 import torch
 
 from tests.trainer.pipeline.conftest import load_cfg
-
-try:  # the roles layout (docs/decisions/0029)
-    from trainer.models.batch import build_batch, response_logits, token_logprobs
-    from trainer.roles.actor import actor_loss as loop_actor_loss
-    from trainer.train.ppo_update import attach_normalisers
-except ImportError:  # the layout before it; drop this branch once trainer/roles has landed
-    from trainer.pipeline.batch import build_batch, response_logits, token_logprobs
-    from trainer.pipeline.losses import attach_normalisers as _attach
-    from trainer.pipeline.losses import make_actor_loss
-
-    def loop_actor_loss(cfg, temperature, model, mb):  # type: ignore[no-redef]
-        return make_actor_loss(cfg, temperature)(model, mb)
-
-    def attach_normalisers(micro, global_tokens, global_seqs, dp_size):  # type: ignore[no-redef]
-        _attach(micro, global_tokens, global_seqs, world_size=dp_size)
+from trainer.models.batch import build_batch, response_logits, token_logprobs
+from trainer.roles.actor import actor_loss as loop_actor_loss
+from trainer.train.ppo_update import attach_normalisers
 
 TEMPERATURE = 1.0
 

@@ -87,7 +87,7 @@ def test_an_aborted_request_is_an_error() -> None:
 
 
 def test_vllm_is_imported_only_when_an_engine_starts() -> None:
-    code = ("import sys, trainer.rollout.vllm, trainer.cluster.workers, trainer.config; "
+    code = ("import sys, trainer.rollout.vllm, trainer.roles, trainer.config; "
             "assert 'vllm' not in sys.modules, 'vllm imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -26,7 +26,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from trainer.pipeline.batch import build_batch, response_logprobs
+from trainer.models.batch import build_batch, response_logprobs
 
 VOCAB = 301  # odd: tensor parallelism pads the vocabulary by one row at TP 2
 ARCHS = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
@@ -58,7 +58,7 @@ def tiny_causal_lm(arch: str, *, tied: bool = False, layers: int = 4, seed: int 
 
 
 def rollout_batch(rows: int, seed: int) -> dict[str, torch.Tensor]:
-    """Left-padded prompts and right-padded responses of different lengths (trainer.pipeline.batch)."""
+    """Left-padded prompts and right-padded responses of different lengths (trainer.models.batch)."""
     generator = torch.Generator().manual_seed(seed)
     prompts = [
         torch.randint(3, VOCAB, (int(n),), generator=generator).tolist()

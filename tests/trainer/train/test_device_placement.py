@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from trainer.cluster.workers import _forward_in_chunks, _logprobs_fn
+from trainer.models.batch import build_batch
 from trainer.models.value import response_values
-from trainer.pipeline.batch import build_batch
+from trainer.roles.common import forward_in_chunks, logprobs_fn
 from trainer.train import OptimConfig, build_forward_strategy, build_strategy
 from trainer.train.base import StrategyBase
 
@@ -54,7 +54,7 @@ def cpu_batch() -> dict[str, Tensor]:
 def test_log_probs_of_cpu_rows_run_on_the_strategys_device(build) -> None:
     model = WhereAreMyInputs()
     strategy = build(model)
-    logprobs = _forward_in_chunks(_logprobs_fn(1.0), strategy, cpu_batch(), chunk=1)
+    logprobs = forward_in_chunks(logprobs_fn(1.0), strategy, cpu_batch(), chunk=1)
     assert logprobs.device.type == "cpu" and logprobs.shape == (2, 2)
     torch.testing.assert_close(logprobs, torch.full((2, 2), -torch.log(torch.tensor(float(VOCAB)))))
     assert model.devices == [torch.device("meta")] * 2  # one forward per chunk of one row
@@ -71,7 +71,7 @@ def test_values_of_cpu_rows_run_on_the_strategys_device() -> None:
             return torch.ones(input_ids.shape)
 
     strategy = build_strategy("torch_train", ValueProbe(), OptimConfig(), device="meta")
-    values = _forward_in_chunks(response_values, strategy, cpu_batch(), chunk=0)
+    values = forward_in_chunks(response_values, strategy, cpu_batch(), chunk=0)
     assert torch.equal(values, torch.ones(2, 2))
 
 

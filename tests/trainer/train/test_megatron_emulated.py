@@ -27,9 +27,9 @@ from tests.trainer.train.megatron_testing import (
     tiny_causal_lm,
 )
 from trainer.cluster import distributed
-from trainer.cluster.workers import _forward_in_chunks, _logprobs_fn, _own_rows
+from trainer.models.batch import response_logprobs
 from trainer.models.value import ValueModel, response_values
-from trainer.pipeline.batch import response_logprobs
+from trainer.roles.common import forward_in_chunks, logprobs_fn
 from trainer.train import OptimConfig, build_forward_strategy, build_strategy
 
 pytest.importorskip("megatron.core")
@@ -109,7 +109,7 @@ def test_the_converted_model_computes_the_hf_logits_and_weights(
     assert sorted(state) == sorted(hf.state_dict())
     assert all(torch.equal(state[k], v) for k, v in hf.state_dict().items())
     # vocab-parallel log-probs through the worker's forward path
-    got = _forward_in_chunks(_logprobs_fn(TEMPERATURE), strategy, batch, chunk=3) * batch["response_mask"]
+    got = forward_in_chunks(logprobs_fn(TEMPERATURE), strategy, batch, chunk=3) * batch["response_mask"]
     torch.testing.assert_close(got, hf_logprobs(hf, batch), rtol=0, atol=2e-5)
 
 
@@ -238,7 +238,7 @@ def two_rank_case(rank: int, world_size: int, out_dir: str) -> dict[str, Any]:
             world_size=world_size,
             strategy_config=layout,
         )
-        logprobs = _forward_in_chunks(_logprobs_fn(TEMPERATURE), infer, mine, chunk=2)
+        logprobs = forward_in_chunks(logprobs_fn(TEMPERATURE), infer, mine, chunk=2)
         full = infer.full_state_dict()
         strategy = build_strategy(
             "megatron_train",
@@ -248,7 +248,7 @@ def two_rank_case(rank: int, world_size: int, out_dir: str) -> dict[str, Any]:
             world_size=world_size,
             strategy_config=layout,
         )
-        rows, _ = _own_rows(strategy, mine)  # TP / PP ranks join their halves; DP ranks keep their own
+        rows, _ = strategy.join_model_parallel_rows(mine)  # TP / PP ranks join their halves; DP ranks keep their own
         loss_fn = nll_loss(float(batch["response_mask"].sum()))
         metrics = strategy.train_step(split(rows, 2), loss_fn)
         trained = strategy.full_state_dict()

@@ -6,6 +6,7 @@ pydantic and omegaconf installed): `pytest -m gpu tests/trainer/train/test_megat
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 
 from tests.trainer.train.megatron_testing import nll_loss, rollout_batch, tiny_causal_lm
 from trainer.cluster import distributed
-from trainer.pipeline.batch import response_logprobs
+from trainer.models.batch import response_logprobs
 from trainer.train import OptimConfig, build_forward_strategy, build_strategy
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -70,14 +71,15 @@ def test_converted_bf16_logits_equal_the_hf_model_within_bf16_tolerance(nccl_gro
 
 def test_one_grpo_step_lowers_the_loss_on_a_fixed_batch(nccl_group: None) -> None:
     from trainer.config.schema import PipelineConfig
-    from trainer.pipeline import losses
+    from trainer.roles.actor import actor_loss
+    from trainer.train.ppo_update import attach_normalisers
 
     cfg = PipelineConfig.model_validate({"adv_estimator": "grpo", "entropy_loss_coef": 0.0})
     batch = rollout_batch(8, seed=12)
     batch["advantages"] = torch.tensor([1.0, -1.0] * 4)[:, None] * batch["response_mask"]
     mask = batch["response_mask"]
-    losses.attach_normalisers([batch], mask.sum().float(), (mask.sum(-1) > 0).sum().float(), world_size=1)
-    loss_fn = losses.make_actor_loss(cfg, temperature=1.0)
+    attach_normalisers([batch], mask.sum().float(), (mask.sum(-1) > 0).sum().float(), dp_size=1)
+    loss_fn = partial(actor_loss, cfg, 1.0)
     strategy = build_strategy(
         "megatron_train",
         tiny_causal_lm("qwen2").to(torch.bfloat16),

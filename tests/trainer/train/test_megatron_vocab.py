@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.pipeline.batch import token_logprobs
+from trainer.models.batch import token_logprobs
 from trainer.train.megatron_vocab import (
     finish,
     shard_max,

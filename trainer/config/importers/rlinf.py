@@ -24,6 +24,7 @@ from trainer.config.importers.common import (
     warn_unused,
 )
 from trainer.config.importers.rules import Rule, Translation, choice, to_dtype
+from trainer.config.topology import gradient_accumulation
 
 NAME = "rlinf"
 SIGNATURE = ("cluster", "runner", "algorithm", "rollout", "data", "actor", "reward")
@@ -566,12 +567,13 @@ def _batches(t: Translation, role: str, src: str) -> None:
                 f"{prompts} × {group} = {samples} samples")
         return
     per_step = samples // steps
-    if per_step % (micro * dp):
+    accumulation = gradient_accumulation(per_step, micro, dp)
+    if accumulation is None:
         t.error("algorithm.n_minibatches", f"each of the {steps} mini-batches holds {per_step} samples, not a "
                 f"multiple of training_batch_size_per_gpu × dp = {micro} × {dp}")
         return
     ta = f"{role}.training_args"
-    t.set(f"{ta}.gradient_accumulation_steps", per_step // (micro * dp), "algorithm.n_minibatches")
+    t.set(f"{ta}.gradient_accumulation_steps", accumulation, "algorithm.n_minibatches")
     if role != "actor_train":
         t.set(f"{ta}.per_device_train_batch_size", micro, "algorithm.training_batch_size_per_gpu")
 

@@ -29,6 +29,7 @@ from trainer.config.importers.common import (
 )
 from trainer.config.importers.rules import Rule, Translation, choice, devices, to_dtype
 from trainer.config.schema import DeepSpeedConfig
+from trainer.config.topology import gradient_accumulation
 
 NAME = "skyrl"
 SIGNATURE = ("trainer", "generator", "data")
@@ -551,13 +552,13 @@ def _batches(t: Translation, has_critic: bool) -> None:
                     "mini-batches from each batch)")
             continue
         samples = mini * n
-        if samples % (micro * dp):
+        accumulation = gradient_accumulation(samples, micro, dp)
+        if accumulation is None:
             t.error(path, f"{src}_mini_batch_size × n_samples_per_prompt = {mini} × {n} = {samples} samples is not "
                     f"divisible by micro_train_batch_size_per_gpu × dp = {micro} × {dp} (SkyRL's "
                     "validate_batch_sizes refuses it)")
             continue
-        t.native.setdefault(role, {}).setdefault("training_args", {})["gradient_accumulation_steps"] = (
-            samples // (micro * dp))
+        t.native.setdefault(role, {}).setdefault("training_args", {})["gradient_accumulation_steps"] = accumulation
 
 
 def _model_parallel(section: dict[str, Any]) -> int:

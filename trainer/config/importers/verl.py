@@ -26,6 +26,7 @@ from trainer.config.importers.common import (
     warn_unused,
 )
 from trainer.config.importers.rules import Rule, Translation, choice, devices, to_dtype
+from trainer.config.topology import gradient_accumulation
 
 NAME = "verl"
 SIGNATURE = ("actor_rollout_ref", "data", "critic", "reward_model", "algorithm", "trainer")
@@ -715,12 +716,13 @@ def _optimizer_steps(t: Translation, role: str, src: str, n: int, dp: int) -> No
                        "unless use_dynamic_bsz", 4)
             return
     samples = mini * n
-    if samples % (micro * dp):
+    accumulation = gradient_accumulation(samples, micro, dp)
+    if accumulation is None:
         t.error(path, f"ppo_mini_batch_size × rollout.n = {mini} × {n} = {samples} samples is not divisible by "
                 f"micro-batch × GPUs = {micro} × {dp}; verl requires mini × n / GPUs to be a multiple of "
                 "ppo_micro_batch_size_per_gpu")
         return
-    t.set(f"{role}.training_args.gradient_accumulation_steps", samples // (micro * dp), path)
+    t.set(f"{role}.training_args.gradient_accumulation_steps", accumulation, path)
     if role == "critic" and t.has("critic.ppo_epochs"):
         actor_epochs = t.get(f"{ARR}.actor.ppo_epochs", 1)
         if t.get("critic.ppo_epochs") != actor_epochs:

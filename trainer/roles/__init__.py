@@ -1,0 +1,104 @@
+"""The five roles of an RL run, and the typed interface the loop calls them by.
+
+Each role is a plain class constructed with `(role, cfg, rank, world_size)`; the same class runs in
+the driver process (`LocalWorkerGroup`) or as a Ray actor per rank (`WorkerGroup`). The loop names a
+role's method by reference to the role's Protocol below (`group.call_sharded(Actor.train_step,
+batch, step=step)`), so a reader and a type checker can follow every call to its implementation:
+
+    actor_train  trainer.roles.actor.ActorTrainWorker     Actor      (its loss: actor_loss, beside it)
+    critic       trainer.roles.critic.CriticWorker        Critic     (critic_loss, beside it)
+    reference    trainer.roles.reference.ReferenceWorker  Reference
+    actor_infer  trainer.roles.rollout.ActorInferWorker   Rollout
+    reward       trainer.roles.reward.RewardWorker        Reward
+
+Batches are dicts of CPU tensors laid out as in trainer.models.batch; a worker only sees its shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from trainer.roles.actor import ActorTrainWorker
+from trainer.roles.common import needs_process_group
+from trainer.roles.critic import CriticWorker
+from trainer.roles.reference import ReferenceWorker
+from trainer.roles.reward import RewardWorker
+from trainer.roles.rollout import ActorInferWorker
+from trainer.rollout.base import Generation, SamplingParams
+
+
+class Role(Protocol):
+    """What every role answers."""
+
+    def ping(self) -> str: ...
+
+    def save_rng(self, path: str) -> None: ...
+
+    def load_rng(self, path: str) -> None: ...
+
+
+class Trained(Role, Protocol):
+    """actor_train and critic: one PPO update per rollout; checkpoints of model, optimizer and RNG."""
+
+    def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]: ...
+
+    def save_checkpoint(self, path: str) -> None: ...
+
+    def load_checkpoint(self, path: str) -> None: ...
+
+
+class Actor(Trained, Protocol):
+    def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor: ...
+
+    def weight_buckets(self, device: str, dtype: torch.dtype, bucket_bytes: int) -> Iterator[dict[str, Tensor]]: ...
+
+    def full_state_dict(self) -> dict[str, Tensor]: ...
+
+    def save_hf(self, path: str, tokenizer_path: str) -> None: ...
+
+
+class Critic(Trained, Protocol):
+    def compute_values(self, batch: dict[str, Tensor]) -> Tensor: ...
+
+
+class Reference(Role, Protocol):
+    def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor: ...
+
+
+class Rollout(Role, Protocol):
+    def generate(self, batch: dict[str, Any], params: SamplingParams) -> list[Generation]: ...
+
+    def load_weights(self, state_dict: Mapping[str, Tensor]) -> None: ...
+
+    def weight_format(self) -> tuple[str, torch.dtype]: ...
+
+    def sleep(self) -> None: ...
+
+    def wake(self) -> None: ...
+
+
+class Reward(Role, Protocol):
+    def score(self, batch: dict[str, Any]) -> list[float]: ...
+
+
+WORKER_CLASSES: dict[str, type] = {
+    "actor_train": ActorTrainWorker,
+    "actor_infer": ActorInferWorker,
+    "reference": ReferenceWorker,
+    "critic": CriticWorker,
+    "reward": RewardWorker,
+}
+ROLE_PROTOCOLS: dict[str, type] = {
+    "actor_train": Actor,
+    "actor_infer": Rollout,
+    "reference": Reference,
+    "critic": Critic,
+    "reward": Reward,
+}
+
+__all__ = ["ROLE_PROTOCOLS", "WORKER_CLASSES", "Actor", "Critic", "Reference", "Reward", "Role", "Rollout",
+           "Trained", "needs_process_group"]

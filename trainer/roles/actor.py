@@ -1,0 +1,163 @@
+"""actor_train: the policy being trained. Old log-probs, the PPO/GRPO update with the policy loss
+the config names, and its full weights for the rollout engine and for Hugging Face checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from trainer.algorithms import kl as kl_algos
+from trainer.algorithms import policy_loss as pl
+from trainer.algorithms.aggregation import LossAgg
+from trainer.config.topology import train_shape
+from trainer.models.batch import response_logits, token_logprobs
+from trainer.roles.common import (
+    RoleBase,
+    build_train_strategy,
+    forward_in_chunks,
+    load_role_model,
+    logprobs_fn,
+    role_section,
+    sampling_temperature,
+    seed_training_role,
+)
+from trainer.train.base import LossFn
+from trainer.train.ppo_update import ppo_update
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
+
+# verl's names for the same quantities, logged next to ours (`actor/<name>`)
+VERL_ACTOR_METRICS = {"clipfrac": "pg_clipfrac", "clipfrac_lower": "pg_clipfrac_lower"}
+
+
+class TrainedRole(RoleBase):
+    """actor_train and critic: a model behind a training strategy, updated with ppo_update; the
+    strategy writes the checkpoint, this rank's RNG state included."""
+
+    cfg: PipelineConfig
+    role_prefix: str
+
+    def update(self, batch: dict[str, Tensor], step: int, loss_fn: LossFn) -> dict[str, float]:
+        shape = train_shape(self.cfg, self.role, self.world_size)
+        metrics = ppo_update(self.strategy, batch, shape, loss_fn, seed=self.cfg.seed, step=step)
+        return {f"{self.role_prefix}/{key}": value for key, value in metrics.items()}
+
+    def save_checkpoint(self, path: str) -> None:
+        self.strategy.save_checkpoint(Path(path) / self.role / "strategy")
+
+    def load_checkpoint(self, path: str) -> None:
+        self.strategy.load_checkpoint(Path(path) / self.role / "strategy")
+
+
+class ActorTrainWorker(TrainedRole):
+    role_prefix = "actor"
+
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
+        self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
+        seed_training_role(cfg, role, rank)
+        model = load_role_model(cfg, role, training=True)
+        self.temperature = sampling_temperature(cfg)
+        self.strategy = build_train_strategy(cfg, role, model, rank, world_size)
+
+    def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
+        chunk = role_section(self.cfg, self.role).infer_batch_size
+        return forward_in_chunks(logprobs_fn(self.temperature), self.strategy, batch, chunk)
+
+    def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
+        return self.update(batch, step, partial(actor_loss, self.cfg, self.temperature))
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        return self.strategy.full_state_dict()
+
+    def weight_buckets(self, device: str, dtype: torch.dtype, bucket_bytes: int) -> Iterator[dict[str, Tensor]]:
+        """The full weights for an engine in this process, bucketed on its device and in its dtype
+        (no round trip through the CPU when both share a GPU)."""
+        return self.strategy.full_weights(device=device, dtype=dtype, bucket_bytes=bucket_bytes)
+
+    def save_hf(self, path: str, tokenizer_path: str) -> None:
+        """Write the policy in Hugging Face format (rank 0 writes; every rank must call it, since
+        gathering the full weights is a collective under fsdp2_train)."""
+        state = self.strategy.full_state_dict()
+        if self.rank != 0:
+            return
+        from trainer.models.loading import load_tokenizer
+
+        # megatron keeps the HF architecture as a weight-less skeleton (hf_model) next to its own model
+        getattr(self.strategy, "hf_model", self.strategy.model).save_pretrained(path, state_dict=state)
+        load_tokenizer(tokenizer_path).save_pretrained(path)
+
+
+def loss_agg(cfg: PipelineConfig, mb: dict[str, Tensor]) -> LossAgg:
+    """The config's aggregation over the GLOBAL counts ppo_update attached to the micro-batch."""
+    return LossAgg(
+        cfg.loss_agg_mode,
+        global_num_tokens=float(mb["global_tokens"][0]),
+        global_num_seqs=float(mb["global_seqs"][0]),
+        norm_length=cfg.response_length,
+    )
+
+
+def actor_loss(cfg: PipelineConfig, temperature: float, model: nn.Module,
+               mb: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+    """The policy loss the config names (`ppo`, `gspo`, `topr` with `use_topr_loss`, or `topr_token` with
+    ROLL's `actor_train.pg_variant: topr`), each with the clip range `pg_clip_low`/`pg_clip_high` (else
+    `pg_clip`), plus the entropy and KL terms and TOPR's negative-sample term:
+
+        loss = rl_loss_coef · L_pg + kl_loss_coef · KL(π, π_ref) − entropy_loss_coef · H(π)
+               + use_topr_neg_loss_coef · L_topr−
+
+    A micro-batch may carry `sample_weights` [batch] (difficulty / length loss weights): they weight
+    the policy-gradient term only, as ROLL does, not the entropy or KL terms."""
+    clip_low, clip_high = cfg.clip_range()
+    mask = mb["response_mask"]
+    logits = response_logits(model, mb, temperature)
+    log_probs = token_logprobs(logits, mb["input_ids"][:, -mask.size(1):])
+    agg = loss_agg(cfg, mb)
+    # absent when this is the only update on fresh rollouts: then π_old = π (ratio 1, exact)
+    old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
+    weights = mb.get("sample_weights")
+    name = "topr" if cfg.use_topr_loss else "topr_token" if cfg.actor_train.pg_variant == "topr" else cfg.policy_loss
+    if name == "ppo":
+        out = pl.ppo_policy_loss(
+            log_probs, old, mb["advantages"], mask, clip_low=clip_low, clip_high=clip_high,
+            dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None, agg=agg, sample_weights=weights,
+        )
+    elif name == "gspo":
+        out = pl.gspo_policy_loss(log_probs, old, mb["advantages"], mask, clip_low=clip_low,
+                                  clip_high=clip_high, agg=agg, sample_weights=weights)
+    elif name == "topr":
+        out = pl.topr_policy_loss(log_probs, old, mb["advantages"], mask, mb["scores"], agg=agg,
+                                  sample_weights=weights)
+    else:
+        out = pl.topr_token_policy_loss(
+            log_probs, old, mb["advantages"], mask, mb["scores"], agg=agg, sample_weights=weights,
+            positive_weight=cfg.actor_train.topr_positive_weight, negative_weight=cfg.actor_train.topr_negative_weight,
+        )
+    entropy = pl.entropy_loss(logits, mask, agg)
+    kl_term = None
+    if cfg.use_kl_loss:
+        kl_term = kl_algos.kl_loss(log_probs, mb["ref_log_probs"], mask, cfg.kl_penalty, agg)
+    topr_negative = (pl.topr_negative_loss(log_probs, old, mb["advantages"], mask, mb["scores"], agg)
+                     if cfg.use_topr_neg_loss_coef else None)
+    total = pl.actor_loss(
+        out.loss, rl_loss_coef=cfg.rl_loss_coef,
+        kl=kl_term, kl_loss_coef=cfg.kl_loss_coef if kl_term is not None else 0.0,
+        entropy=entropy if cfg.entropy_loss_coef else None, entropy_loss_coef=cfg.entropy_loss_coef,
+        topr_negative=topr_negative, use_topr_neg_loss_coef=cfg.use_topr_neg_loss_coef,
+    )
+    scale = float(mb["metric_scale"][0])
+    metrics = {k: v for k, v in out.metrics.items() if k != "pg_loss"}
+    metrics |= {verl: metrics[ours] for ours, verl in VERL_ACTOR_METRICS.items() if ours in metrics}
+    metrics["pg_loss"] = out.metrics["pg_loss"] * scale
+    metrics["entropy"] = float(entropy.detach()) * scale
+    if kl_term is not None:
+        metrics["kl_loss"] = float(kl_term.detach()) * scale
+    if topr_negative is not None:
+        metrics["topr_neg_loss"] = float(topr_negative.detach()) * scale
+    return total, metrics

@@ -1,0 +1,48 @@
+"""critic: a value head on the policy's backbone, trained with the clipped value loss (GAE / PPO)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+from torch import Tensor, nn
+
+from trainer.algorithms import policy_loss as pl
+from trainer.models.value import ValueModel, response_values
+from trainer.roles.actor import TrainedRole, loss_agg
+from trainer.roles.common import (
+    build_train_strategy,
+    forward_in_chunks,
+    load_role_model,
+    role_section,
+    seed_training_role,
+)
+
+if TYPE_CHECKING:
+    from trainer.config.schema import PipelineConfig
+
+
+class CriticWorker(TrainedRole):
+    role_prefix = "critic"
+
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
+        self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
+        seed_training_role(cfg, role, rank, offset=17)
+        model = ValueModel(load_role_model(cfg, role, training=True))
+        self.strategy = build_train_strategy(cfg, role, model, rank, world_size)
+
+    def compute_values(self, batch: dict[str, Tensor]) -> Tensor:
+        return forward_in_chunks(response_values, self.strategy, batch, role_section(self.cfg, self.role).infer_batch_size)
+
+    def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
+        return self.update(batch, step, partial(critic_loss, self.cfg))
+
+
+def critic_loss(cfg: PipelineConfig, model: nn.Module, mb: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+    """The clipped value loss (value_clip) of the predicted values against the returns."""
+    values = response_values(model, mb)
+    out = pl.value_loss(values, mb["values"], mb["returns"], mb["response_mask"],
+                        value_clip=cfg.value_clip, agg=loss_agg(cfg, mb))
+    metrics = dict(out.metrics)
+    metrics["vf_loss"] *= float(mb["metric_scale"][0])
+    return out.loss, metrics

@@ -120,6 +120,8 @@ class Accounting:
     extra_prompts: int = 0
     filtered_prompts: int = 0
     left_in_flight: list[int] = field(default_factory=list)
+    position: int | None = None  # the sampler stream position after the last record that counts
+    last_step: int = 0  # the last step that trained a batch (or the inherited checkpoint's step)
 
     @property
     def ok(self) -> bool:
@@ -309,6 +311,7 @@ class _Replay:
     def finish(self) -> None:
         out = self.out
         last_step = max(self.steps, default=out.inherited_steps)
+        out.position, out.last_step = self.position, last_step
         for batch, fate in sorted(out.batches.items()):
             if fate.trained_at:
                 continue

@@ -38,7 +38,7 @@ from trainer.checkpoint import core as ckpt
 from trainer.config import topology
 from trainer.config.topology import train_shape
 from trainer.models.batch import build_batch
-from trainer.pipeline import dynamic_sampling, rewarding
+from trainer.pipeline import dynamic_sampling, resume_report, rewarding
 from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
 from trainer.pipeline.ledger import LEDGER_FILE, Ledger
 from trainer.pipeline.metrics import data_metrics
@@ -195,10 +195,10 @@ class RLVRPipeline:
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
         cfg = self.cfg
-        resume = resume_target(cfg, self.checkpoints)
+        resume, asked = self.find_resume()
         held: dict[str, Any] = {}
         if resume is not None:
-            held = self.load_checkpoint(resume)
+            held = self.load_checkpoint(resume, asked=asked or str(resume))
             self.log(f"resumed from {resume} at step {self.step}")
         elif self.engine == "vllm" and cfg.actor_infer.strategy_args.strategy_config.load_format == "dummy":
             self.sync_weights()  # the engine started with random weights: push the policy's
@@ -242,6 +242,30 @@ class RLVRPipeline:
                 self.producer.stop(timeout_s=120.0 if sys.exc_info()[0] is None else 5.0)
             self.ledger.close()
         return self.history
+
+    def find_resume(self) -> tuple[Path | None, str | None]:
+        """The checkpoint to resume from and what the config asked for. Asked for and not found: the attempt
+        fails with its resume report when the output directory shows earlier training (resume_report)."""
+        asked = resume_report.resume_asked(self.cfg.resume_mode, self.cfg.resume_from_checkpoint)
+        try:
+            resume = resume_target(self.cfg, self.checkpoints)
+        except FileNotFoundError as exc:
+            self.report_resume(resume_report.no_checkpoint(asked or "?", self.checkpoints, self.ledger.path,
+                                                           error=str(exc)))
+            raise  # report_resume raised already; for the type checker
+        if resume is None and asked is not None:
+            self.report_resume(resume_report.no_checkpoint(asked, self.checkpoints, self.ledger.path))
+        return resume, asked
+
+    def report_resume(self, report: resume_report.ResumeReport) -> None:
+        """Write, emit and log the report; one that does not add up ends the attempt (ResumeError)."""
+        resume_report.write(report, self.output_dir)
+        self.emitter.resume(report.to_dict(), step=self.step)
+        self.emitter.log("info" if report.ok else "error", report.lines())
+        for line in report.lines():
+            self.log(line)
+        if not report.ok:
+            raise resume_report.ResumeError(report.summary())
 
     def record_start(self, resume: Path | None, held: dict[str, Any]) -> None:
         """The ledger's first record of this attempt: a fresh start, or what the checkpoint holds."""
@@ -655,9 +679,10 @@ class RLVRPipeline:
         self.log(f"saved checkpoint {final} in {time.perf_counter() - started:.1f} s"
                  + (f" (removed {len(removed)} old)" if removed else ""))
 
-    def load_checkpoint(self, path: Path) -> dict[str, Any]:
-        """Restore every stateful part; returns the rollout state the checkpoint holds (batches drawn and
-        not trained, the next batch id, the ledger it was recorded in)."""
+    def load_checkpoint(self, path: Path, asked: str = "latest") -> dict[str, Any]:
+        """Restore every stateful part and report it (resume_report: an attempt whose data position or ledger
+        does not add up fails before the models are loaded); returns the rollout state the checkpoint holds
+        (batches drawn and not trained, the next batch id, the ledger it was recorded in)."""
         state = json.loads((path / "trainer_state.json").read_text())
         self.step = int(state["step"])
         self.sampler.load_state_dict(state["sampler"])
@@ -667,21 +692,35 @@ class RLVRPipeline:
                         else kl_algos.FixedKLController)(**kl_state)
         self.reward_state = rewarding.RewardStats.from_state_dict(state["reward_stats"])
         self.step_times = list(state.get("step_times", []))
+        rollout = state.get("rollout", {})  # absent in checkpoints older than the ledger
+        buffer_file = path / ROLLOUT_BUFFER_FILE
+        held = {"next_batch": rollout.get("next_batch", self.step + 1), "ledger_lines": rollout.get("ledger_lines"),
+                "ledger_path": rollout.get("ledger_path"),
+                "buffer": [Rollout.from_state(r) for r in json.loads(buffer_file.read_text())]
+                if buffer_file.exists() else [],
+                "pending": [PendingBatch(**p) for p in rollout.get("pending", [])]}
+        report = resume_report.ResumeReport(asked=asked, checkpoint=str(path), step=self.step)
+        resume_report.check_data_and_ledger(
+            report, sampler_state=state["sampler"], position=self.sampler.position, next_batch=held["next_batch"],
+            held_batches=[b.batch_id for b in [*held["buffer"], *held["pending"]]], ledger_file=held["ledger_path"],
+            ledger_lines=held["ledger_lines"], same_run=held["ledger_path"] == str(self.ledger.path.resolve()))
+        if not report.ok:
+            self.report_resume(report)
+        trained: dict[str, list[dict[str, Any]]] = {}
         for role in ("actor_train", "critic"):
             if role in self.groups:
-                self.groups[role].call_all(roles.Trained.load_checkpoint, str(path))
+                trained[role] = self.groups[role].call_all(roles.Trained.load_checkpoint, str(path))
         for role in ("actor_infer", "reference"):
             if role in self.groups:
                 self.groups[role].call_all(roles.Role.load_rng, str(path))
         ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=True))
         self.sync_weights()
-        held = state.get("rollout", {})  # absent in checkpoints older than the ledger
-        buffer_file = path / ROLLOUT_BUFFER_FILE
-        return {"next_batch": held.get("next_batch", self.step + 1), "ledger_lines": held.get("ledger_lines"),
-                "ledger_path": held.get("ledger_path"),
-                "buffer": [Rollout.from_state(r) for r in json.loads(buffer_file.read_text())]
-                if buffer_file.exists() else [],
-                "pending": [PendingBatch(**p) for p in held.get("pending", [])]}
+        report.rng = resume_report.restored_rng(path)
+        report.optimizer = resume_report.restored_training(trained)
+        report.kl = {"type": kind, "value": self.kl_ctrl.value, **kl_state}
+        report.reward_norm = self.reward_state.state_dict()
+        self.report_resume(report)
+        return held
 
 
 def resume_target(cfg: PipelineConfig, root: Path) -> Path | None:

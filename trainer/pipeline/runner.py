@@ -173,6 +173,7 @@ def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[st
            groups: dict[str, Any]) -> int:
     try:
         emitter.status("starting", step=0, total_steps=cfg.max_steps, message="loading tokenizer and data")
+        emit_fingerprint(cfg, emitter, log)
         pipeline = prepare_pipeline(cfg, StartupPhases(emitter), backend=backend, log=log, groups=groups)
         pipeline.run()
     except BaseException as exc:  # a worker crash, a bad value found late, Ctrl-C: always a terminal state
@@ -195,6 +196,35 @@ def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[st
     emitter.close()
     _shutdown(groups)
     return EXIT_OK
+
+
+def run_fingerprint(cfg: PipelineConfig) -> dict[str, Any]:
+    """This attempt's fingerprint (trainer.telemetry.fingerprint): the resolved config and its data."""
+    from trainer.telemetry.fingerprint import data_source, fingerprint
+
+    train = cfg.actor_train.data_args
+    validation = cfg.validation.data_args if cfg.validation is not None else None
+
+    def source(args: Any, key: str) -> dict[str, Any] | None:
+        if args is None:
+            return None
+        synthetic = args.synthetic.model_dump(mode="json") if args.synthetic is not None else None
+        return data_source(getattr(args, key), args.dataset_dir, synthetic)
+
+    data = {"train": source(train, "file_name"),
+            "eval": None if train is None or train.synthetic is not None else source(train, "eval_file_name"),
+            "validation": source(validation, "file_name")}
+    return fingerprint(cfg.model_dump(mode="json"), data)
+
+
+def emit_fingerprint(cfg: PipelineConfig, emitter: Any, log: Callable[[str], None]) -> None:
+    """The attempt's fingerprint event, once, before anything heavy starts; a fingerprint that cannot be
+    taken is a warning in the log, never the run's end."""
+    try:
+        emitter.fingerprint(run_fingerprint(cfg), step=emitter.step)
+    except Exception as exc:
+        log(f"run fingerprint not recorded: {type(exc).__name__}: {exc}")
+        emitter.log("warning", f"run fingerprint not recorded: {type(exc).__name__}: {exc}")
 
 
 class StartupPhases:

@@ -40,6 +40,12 @@ class RunTelemetry:
     def checkpoint(self, step: int, path: str, size_bytes: int, contents: Iterable[str]) -> None:
         self.emitter.checkpoint(step, path, size_bytes, contents)
 
+    def fingerprint(self, fingerprint: Mapping[str, Any], step: int) -> None:
+        self.emitter.fingerprint(fingerprint, step)
+
+    def resume(self, report: Mapping[str, Any], step: int) -> None:
+        self.emitter.resume(report, step)
+
     def log(self, level: str, lines: str | Iterable[str]) -> None:
         self.emitter.log(level, lines, self.step)
 

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from trainer.algorithms import kl as kl_algos
 from trainer.algorithms import policy_loss as pl
 from trainer.algorithms.aggregation import LossAgg
+from trainer.checkpoint.core import train_progress
 from trainer.config.topology import train_shape
 from trainer.models.batch import response_logits, token_logprobs
 from trainer.roles.common import (
@@ -51,8 +52,10 @@ class TrainedRole(RoleBase):
     def save_checkpoint(self, path: str) -> None:
         self.strategy.save_checkpoint(Path(path) / self.role / "strategy")
 
-    def load_checkpoint(self, path: str) -> None:
+    def load_checkpoint(self, path: str) -> dict[str, int | None]:
+        """Restore the strategy; returns the optimizer and scheduler steps it restored (the resume report)."""
         self.strategy.load_checkpoint(Path(path) / self.role / "strategy")
+        return train_progress(self.strategy)
 
 
 class ActorTrainWorker(TrainedRole):

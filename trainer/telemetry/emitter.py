@@ -64,6 +64,12 @@ class EventEmitter:
     def system(self, values: Mapping[str, Any], step: int) -> Event:
         return self.emit("system", ev.system_data(values), step)
 
+    def fingerprint(self, fingerprint: Mapping[str, Any], step: int) -> Event:
+        return self.emit("fingerprint", ev.fingerprint_data(fingerprint), step)
+
+    def resume(self, report: Mapping[str, Any], step: int) -> Event:
+        return self.emit("resume", ev.resume_data(report), step)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 EVENT_VERSION = 1
-EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system"]
-EVENT_TYPES: tuple[str, ...] = ("status", "metrics", "rollouts", "checkpoint", "log", "system")
+EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume"]
+EVENT_TYPES: tuple[str, ...] = ("status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume")
 RUN_STATES: tuple[str, ...] = ("starting", "running", "succeeded", "failed", "cancelled")
 CHECKPOINT_CONTENTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng", "data")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -95,6 +95,32 @@ class LogData(TypedDict):
 
 class SystemData(TypedDict):
     values: dict[str, float]
+
+
+class FingerprintData(TypedDict):
+    """What an attempt ran on, once per attempt (trainer.telemetry.fingerprint): package versions, the
+    PolicyLab commit, the hardware, the resolved config's hash and the training data's hashes."""
+
+    packages: dict[str, str]
+    policylab: dict[str, Any]
+    hardware: dict[str, Any]
+    config_hash: str
+    data: dict[str, Any]
+
+
+class ResumeData(TypedDict):
+    """What a resumed attempt restored (trainer.pipeline.resume_report): `ok` false names, in `problems`,
+    what does not add up; the attempt then fails instead of training on."""
+
+    ok: bool
+    problems: list[str]
+    checkpoint: str | None
+    step: int
+
+
+# Required keys of each event's data, where the contract fixes them (the rest are free-form dicts).
+FINGERPRINT_KEYS: tuple[str, ...] = ("packages", "policylab", "hardware", "config_hash", "data")
+RESUME_KEYS: tuple[str, ...] = ("ok", "problems", "checkpoint", "step")
 
 
 # Required keys of a RolloutSample (spelled out: with postponed annotations TypedDict cannot see NotRequired).
@@ -250,6 +276,22 @@ def log_data(level: str, lines: str | Iterable[str]) -> LogData:
     if level not in LOG_LEVELS:
         raise ValueError(f"log.level: {level!r}; valid: {', '.join(LOG_LEVELS)}")
     return {"level": level, "lines": lines.splitlines() if isinstance(lines, str) else list(lines)}
+
+
+def fingerprint_data(fingerprint: Mapping[str, Any]) -> FingerprintData:
+    missing = [k for k in FINGERPRINT_KEYS if k not in fingerprint]
+    if missing:
+        raise ValueError(f"fingerprint: missing {', '.join(missing)}")
+    return dict(fingerprint)  # type: ignore[return-value]
+
+
+def resume_data(report: Mapping[str, Any]) -> ResumeData:
+    missing = [k for k in RESUME_KEYS if k not in report]
+    if missing:
+        raise ValueError(f"resume: missing {', '.join(missing)}")
+    if bool(report["ok"]) == bool(report["problems"]):
+        raise ValueError("resume: ok must be true exactly when problems is empty")
+    return dict(report)  # type: ignore[return-value]
 
 
 def make_event(type: str, *, run_id: str, attempt: int, seq: int, step: int, data: Mapping[str, Any],

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from policylab.accounts.models import ApiToken, Team
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
+from policylab.tracking.selectors import attempt_records
 
 
 @extend_schema_field({"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "string"}]})
@@ -132,6 +133,28 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_dashboard_url(self, run: Run) -> str:
         return reverse("tracking:run_detail", args=[run.pk])
+
+
+class AttemptRecordOut(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    fingerprint = serializers.DictField(allow_null=True, help_text="packages, policylab (commit), hardware, "
+                                        "config_hash, data (per split: files' sha256 or the synthetic task)")
+    resume = serializers.DictField(allow_null=True, help_text="the resume report: ok, problems, checkpoint, step, "
+                                   "data (epoch, index, position), ledger counts, rng, optimizer, kl, reward_norm")
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with what each attempt ran on and resumed (tracking's AttemptRecord), newest attempt first."""
+
+    attempt_records = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "attempt_records"]
+        read_only_fields = fields
+
+    @extend_schema_field(AttemptRecordOut(many=True))
+    def get_attempt_records(self, run: Run) -> list[dict]:
+        return attempt_records(run)
 
 
 class ExperimentSerializer(serializers.ModelSerializer):

@@ -184,7 +184,7 @@ class RunList(generics.ListAPIView):
 
 
 class RunDetail(generics.RetrieveDestroyAPIView):
-    serializer_class = s.RunSerializer
+    serializer_class = s.RunDetailSerializer
 
     def get_queryset(self):
         return selectors.runs_for(self.request.user).prefetch_related("attempts")

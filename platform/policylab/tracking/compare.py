@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from trainer.telemetry.fingerprint import flatten
 
 MISSING = "—"
 
@@ -18,3 +21,18 @@ def config_diff(flat_configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, li
         if any(v != values[0] for v in values[1:]):
             rows.append((key, values))
     return rows
+
+
+_DIGEST = re.compile(r"^[0-9a-f]{40,64}$")
+
+
+def environment_diff(fingerprints: Sequence[Mapping[str, Any] | None]) -> list[tuple[str, list[Any]]]:
+    """What differs between runs' fingerprints (packages, PolicyLab commit, hardware, config hash, data
+    hashes), one row per fact as config_diff lists them; a run without a fingerprint shows MISSING throughout.
+    Hashes and commits are shortened to 12 characters (still unique in practice)."""
+    flat = [flatten(f) if f else {} for f in fingerprints]
+    return [(key, [shorten(v) for v in values]) for key, values in config_diff(flat)]
+
+
+def shorten(value: Any) -> Any:
+    return f"{value[:12]}…" if isinstance(value, str) and _DIGEST.match(value) else value

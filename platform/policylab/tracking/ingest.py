@@ -32,6 +32,7 @@ from policylab.experiments.run_state import write_run_state
 from policylab.redaction import path_in_run, redact_credentials
 from policylab.tracking.broadcast import group_name, publish_log_lines
 from policylab.tracking.models import (
+    AttemptRecord,
     Checkpoint,
     IngestCursor,
     LogLine,
@@ -87,6 +88,8 @@ class RunBatch:
     # status events in seq order, a run of the same (attempt, state) kept as its last: every change of
     # state counts (a `succeeded` followed in the same batch by a lagging `running` is not lost)
     status_events: list[dict[str, Any]] = field(default_factory=list)
+    # (attempt, "fingerprint" | "resume") -> (seq, data): the newest of each per attempt
+    attempt_facts: dict[tuple[int, str], tuple[int, dict[str, Any]]] = field(default_factory=dict)
 
     def add(self, run_id: int, event: dict[str, Any]) -> None:
         """Build the rows of one event; within a batch the larger seq wins on a shared unique key."""
@@ -122,12 +125,48 @@ class RunBatch:
                 LogLine(line_no=i, level=level, text=storable(redact_credentials(str(text))), time=time, **common)
                 for i, text in enumerate(lines)
             )
+        elif kind in ATTEMPT_FACTS:
+            self.attempt_facts[(attempt, kind)] = (seq, storable_json(data))
         elif kind == "status":
             last = self.status_events[-1] if self.status_events else None
             if last is not None and (last["attempt"], last["data"].get("state")) == (attempt, data.get("state")):
                 self.status_events[-1] = event
             else:
                 self.status_events.append(event)
+
+
+ATTEMPT_FACTS = ("fingerprint", "resume")  # event types stored whole on the attempt's AttemptRecord
+
+
+def storable_json(value: Any) -> Any:
+    """A JSON value with every string made storable (storable) and non-finite numbers as null."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, float):
+        return finite_or_none(value)
+    if isinstance(value, Mapping):
+        return {storable(k): storable_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable_json(v) for v in value]
+    return value
+
+
+def store_attempt_facts(run_id: int, facts: Mapping[tuple[int, str], tuple[int, dict[str, Any]]]) -> None:
+    """Each attempt's fingerprint and resume report onto its AttemptRecord; an event with a smaller seq than the
+    one stored (a replay of older events) changes nothing, so replays are idempotent."""
+    for attempt in sorted({attempt for attempt, _ in facts}):
+        record, _ = AttemptRecord.objects.get_or_create(run_id=run_id, attempt=attempt)
+        changed = []
+        for kind in ATTEMPT_FACTS:
+            if (attempt, kind) not in facts:
+                continue
+            seq, data = facts[(attempt, kind)]
+            if seq >= getattr(record, f"{kind}_seq"):
+                setattr(record, kind, data)
+                setattr(record, f"{kind}_seq", seq)
+                changed += [kind, f"{kind}_seq"]
+        if changed:
+            record.save(update_fields=changed)
 
 
 def storable(text: Any) -> str:
@@ -277,6 +316,7 @@ def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
         update_fields=["path", "size_bytes", "contents", "attempt", "seq", "created_at", "deleted_at"],
     )
     LogLine.objects.bulk_create(batch.logs, batch_size=2000, ignore_conflicts=True)
+    store_attempt_facts(run_id, batch.attempt_facts)
     if batch.checkpoints:
         mirror_retention(run_id)
     for event in batch.status_events:

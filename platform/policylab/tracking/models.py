@@ -163,3 +163,22 @@ class ChartPin(models.Model):
     class Meta:
         ordering = ["created_at", "pk"]
         constraints = [models.UniqueConstraint(fields=["user", "key"], name="unique_chart_pin")]
+
+
+class AttemptRecord(models.Model):
+    """What one attempt of a run ran with and what it resumed: the trainer's `fingerprint` and `resume` events
+    (one of each per attempt; a replay or a re-emit with a larger seq overwrites, an older one never does)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempt_records")
+    attempt = models.PositiveIntegerField()
+    fingerprint = models.JSONField(null=True, blank=True, help_text="packages, policylab, hardware, config_hash, data")
+    fingerprint_seq = models.BigIntegerField(default=0)
+    resume = models.JSONField(null=True, blank=True, help_text="the resume report: ok, problems, checkpoint, step, …")
+    resume_seq = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["run", "attempt"]
+        constraints = [models.UniqueConstraint(fields=["run", "attempt"], name="unique_attempt_record")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.attempt} of run {self.run_id}"

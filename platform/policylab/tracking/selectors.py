@@ -31,6 +31,7 @@ from policylab.experiments.services import CheckpointVerdict, checkpoint_verdict
 from policylab.redaction import path_in_run, shown_text
 from policylab.tracking.downsampling import downsample_indices
 from policylab.tracking.models import (
+    AttemptRecord,
     ChartPin,
     Checkpoint,
     IngestCursor,
@@ -543,3 +544,32 @@ def team_tags(user: Any) -> list[str]:
 def pinned_keys(user: Any) -> list[str]:
     """The metric charts `user` pinned, oldest first."""
     return list(ChartPin.objects.filter(user=user).values_list("key", flat=True))
+
+
+def shown_json(value: Any, run_dir: Path) -> Any:
+    """A stored JSON value as pages and the API show it: a path relative to the run directory (path_in_run),
+    any other string through shown_text (server paths hidden, credentials redacted)."""
+    if isinstance(value, str):
+        is_path = value.startswith("/") and not any(c.isspace() for c in value)
+        return path_in_run(value, run_dir) if is_path else shown_text(value, run_dir)
+    if isinstance(value, dict):
+        return {k: shown_json(v, run_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shown_json(v, run_dir) for v in value]
+    return value
+
+
+def attempt_records(run: Run) -> list[dict[str, Any]]:
+    """Each attempt's fingerprint and resume report (None where the trainer sent none), newest first, as shown."""
+    return [{"attempt": r.attempt, "fingerprint": shown_json(r.fingerprint, run.run_dir),
+             "resume": shown_json(r.resume, run.run_dir)}
+            for r in AttemptRecord.objects.filter(run=run).order_by("-attempt")]
+
+
+def latest_fingerprints(runs: Sequence[Run]) -> list[dict[str, Any] | None]:
+    """The newest attempt's fingerprint of each run (already scoped), in order; None for a run without one."""
+    newest: dict[int, dict[str, Any]] = {}
+    records = AttemptRecord.objects.filter(run__in=runs, fingerprint__isnull=False).order_by("run", "attempt")
+    for run_id, fingerprint in records.values_list("run_id", "fingerprint"):
+        newest[run_id] = fingerprint
+    return [shown_json(newest[r.pk], r.run_dir) if r.pk in newest else None for r in runs]

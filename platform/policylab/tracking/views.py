@@ -16,7 +16,7 @@ from policylab.experiments.models import RunStatus
 from policylab.experiments.selectors import runs_for
 from policylab.ids import parse_id
 from policylab.tracking import selectors
-from policylab.tracking.compare import config_diff
+from policylab.tracking.compare import config_diff, environment_diff
 from policylab.tracking.panels import ASYNC_CHARTS, ASYNC_PREFIX
 from policylab.tracking.services import csv_lines, history_csv_rows
 
@@ -43,6 +43,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "chart_config": {"pinned": selectors.pinned_keys(request.user), "async_prefix": ASYNC_PREFIX,
                              "async_charts": ASYNC_CHARTS},
             "phases": [*statuses.PROGRESS, "finished"],
+            "attempt_records": selectors.attempt_records(run),
         },
     )
 
@@ -151,6 +152,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             "run_ids": [r.pk for r in runs],
             "missing": sorted(set(ids) - {r.pk for r in runs}),
             "diff": config_diff(configs) if len(configs) > 1 else [],
+            "environment_diff": environment_diff(selectors.latest_fingerprints(runs)) if len(runs) > 1 else [],
             "candidates": candidates,
             "full": len(ids) >= MAX_COMPARED,
             "chart_config": {"pinned": selectors.pinned_keys(request.user), "async_prefix": ASYNC_PREFIX,

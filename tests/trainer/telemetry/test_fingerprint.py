@@ -56,3 +56,13 @@ def test_the_whole_fingerprint_is_cheap_and_flattens_to_one_row_per_fact() -> No
     if (REPO_ROOT / ".git").exists():
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout
         assert flat["policylab.commit"] == head.strip()
+
+
+def test_gpus_are_read_from_nvidia_smi(tmp_path: Path, monkeypatch) -> None:
+    """A stand-in nvidia-smi answering the query as the real one does (one CSV line per GPU)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf 'NVIDIA H100 80GB HBM3, 550.54.15\\nNVIDIA H100 80GB HBM3, 550.54.15\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert fp.gpus() == {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "gpu_driver": "550.54.15"}
+    assert fp.hardware()["gpu_count"] == 2

@@ -174,26 +174,28 @@ class ModelArgs(Section):
         description="Values that override entries of the model's config.json at load time (e.g. dropout).",
     )
     lora_rank: int | None = fld(
-        None, category="Model", inactive=planned("LoRA"), ge=1,
-        description="Train low-rank adapters of this rank instead of all weights; unset trains the full model.",
+        None, category="Model", ge=1,
+        description="Rank of the LoRA adapters (with lora_target); unset: 8, ROLL's default.",
     )
     lora_alpha: int | None = fld(
-        None, category="Model", inactive=planned("LoRA"), ge=1, description="Scaling numerator of the LoRA update (alpha / rank)."
+        None, category="Model", ge=1,
+        description="Scaling numerator of the LoRA update (alpha / rank); unset: twice lora_rank, ROLL's default.",
     )
     lora_target: str | None = fld(
-        None, category="Model", inactive=planned("LoRA"),
-        description="Comma-separated module names that receive LoRA adapters (e.g. q_proj,v_proj), or all-linear.",
+        None, category="Model",
+        description="Train LoRA adapters on these modules, the rest of the model frozen: comma-separated names "
+        "(e.g. q_proj,v_proj), all (every linear layer but the output head), or a regex; unset trains all weights.",
     )
-    lora_dropout: float = fld(0.0, category="Model", inactive=planned("LoRA"), ge=0, lt=1,
+    lora_dropout: float = fld(0.0, category="Model", ge=0, lt=1,
                               description="Dropout on the LoRA adapters' input.")
     additional_target: str | None = fld(
-        None, category="Model", inactive=planned("LoRA"),
+        None, category="Model",
         description="Comma-separated modules besides the adapters that are trained and saved with them.",
     )
-    autocast_adapter_dtype: bool = fld(True, category="Model", inactive=planned("LoRA"),
+    autocast_adapter_dtype: bool = fld(True, category="Model",
                                        description="Keep LoRA adapter weights in float32 when the model is 16-bit.")
     adapter_name_or_path: str | None = fld(
-        None, category="Model", inactive=planned("LoRA"), path="read",
+        None, category="Model", inactive=planned("Loading trained LoRA adapters"), path="read",
         description="Folder of trained LoRA adapters to load on top of the model.",
     )
     ulysses_size: int = fld(

@@ -289,6 +289,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_checkpointing,
         _check_async_rollout,
         _check_dynamic_sampling,
+        _check_lora,
         _check_suspicious,
         _check_inactive_fields,
         tiny_issues,
@@ -354,6 +355,12 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
     if variant is not None and variant not in PG_VARIANTS_BUILT:
         issues.append(ConfigIssue("actor_train.pg_variant", f"{variant!r} {NOT_BUILT}; valid: "
                                   f"{', '.join(PG_VARIANTS_BUILT)}", kind="not_built"))
+    for role in TRAINING_ROLES:
+        worker = getattr(config, role)
+        if worker is not None and worker.model_args.lora_target is not None and strategy_name(role, worker) == "megatron_train":
+            issues.append(ConfigIssue(f"{role}.model_args.lora_target", f"LoRA on megatron_train {NOT_BUILT} (PEFT adapts "
+                                      "Hugging Face modules, not megatron-core's); train adapters with torch_train, "
+                                      "fsdp2_train or deepspeed_train", kind="not_built"))
     if config.adv_estimator in UNBUILT_ADV_ESTIMATORS:
         built = [e for e in typing.get_args(PipelineConfig.model_fields["adv_estimator"].annotation)
                  if e not in UNBUILT_ADV_ESTIMATORS]
@@ -972,6 +979,38 @@ def _check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
             )
     if config.value_clip is not None and config.critic is None:
         issues.append(_warning("value_clip", "has no effect without a critic"))
+    return issues
+
+
+LORA_KNOBS = ("lora_rank", "lora_alpha", "lora_dropout", "additional_target", "autocast_adapter_dtype")
+
+
+def _check_lora(config: PipelineConfig) -> list[ConfigIssue]:
+    """LoRA is ROLL's: on when a training role's lora_target is set (trainer.models.lora). Its other knobs act only
+    with it; actor_infer serves the policy actor_train trains (merged), so it may repeat actor_train's settings, as
+    ROLL's examples do, but not differ; the reference is the frozen base model and takes none."""
+    issues = []
+    for role in TRAINING_ROLES:
+        worker = getattr(config, role)
+        if worker is None:
+            continue
+        args = worker.model_args
+        if args.lora_target is None:
+            issues += [_error(f"{role}.model_args.{knob}", "acts only with lora_target (ROLL trains LoRA adapters when "
+                              "lora_target is set, e.g. all or q_proj,v_proj); set it, or remove this")
+                       for knob in LORA_KNOBS if getattr(args, knob) != type(args).model_fields[knob].default]
+        elif not args.lora_target.strip(" ,"):
+            issues.append(_error(f"{role}.model_args.lora_target", "names no module; give comma-separated module "
+                                 "names (e.g. q_proj,v_proj), all, or a regex"))
+    train_args, infer_args = config.actor_train.model_args, config.actor_infer.model_args
+    for knob in ("lora_target", *LORA_KNOBS):
+        if knob in infer_args.model_fields_set and getattr(infer_args, knob) != getattr(train_args, knob):
+            issues.append(_error(f"actor_infer.model_args.{knob}", f"= {getattr(infer_args, knob)!r} differs from "
+                                 f"actor_train's {getattr(train_args, knob)!r}: the engine serves the policy actor_train "
+                                 "trains (LoRA merged into its weights); repeat actor_train's value or remove it"))
+    if config.reference is not None and config.reference.model_args.lora_target is not None:
+        issues.append(_warning("reference.model_args.lora_target", "no effect: the reference is the frozen base "
+                               "model; LoRA adapters train on actor_train and critic"))
     return issues
 
 

@@ -16,6 +16,7 @@ from trainer.algorithms import policy_loss as pl
 from trainer.algorithms.aggregation import LossAgg
 from trainer.checkpoint.core import train_progress
 from trainer.config.topology import train_shape
+from trainer.models import lora
 from trainer.models.batch import response_logits, token_logprobs
 from trainer.roles.common import (
     RoleBase,
@@ -27,7 +28,7 @@ from trainer.roles.common import (
     sampling_temperature,
     seed_training_role,
 )
-from trainer.train.base import LossFn
+from trainer.train.base import LossFn, weight_buckets
 from trainer.train.ppo_update import ppo_update
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ class ActorTrainWorker(TrainedRole):
         model = load_role_model(cfg, role, training=True)
         self.temperature = sampling_temperature(cfg)
         self.strategy = build_train_strategy(cfg, role, model, rank, world_size)
+        args = role_section(cfg, role).model_args
+        # the engine and the HF export get W + scaling · B @ A under the plain names
+        self.lora_scaling = lora.lora_scaling(args) if lora.lora_enabled(args) else None
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         chunk = role_section(self.cfg, self.role).infer_batch_size
@@ -76,17 +80,25 @@ class ActorTrainWorker(TrainedRole):
         return self.update(batch, step, partial(actor_loss, self.cfg, self.temperature))
 
     def full_state_dict(self) -> dict[str, Tensor]:
-        return self.strategy.full_state_dict()
+        """The policy's full weights under the plain model's names (LoRA merged in); rank 0's, `{}` on the
+        other ranks of a sharded strategy."""
+        state = self.strategy.full_state_dict()
+        return state if self.lora_scaling is None else lora.merged_state_dict(state, self.lora_scaling)
 
     def weight_buckets(self, device: str, dtype: torch.dtype, bucket_bytes: int) -> Iterator[dict[str, Tensor]]:
         """The full weights for an engine in this process, bucketed on its device and in its dtype
-        (no round trip through the CPU when both share a GPU)."""
-        return self.strategy.full_weights(device=device, dtype=dtype, bucket_bytes=bucket_bytes)
+        (no round trip through the CPU when both share a GPU); LoRA merged in float32 first."""
+        if self.lora_scaling is None:
+            return self.strategy.full_weights(device=device, dtype=dtype, bucket_bytes=bucket_bytes)
+        buckets = self.strategy.full_weights(device=device, dtype=torch.float32, bucket_bytes=bucket_bytes)
+        merged = lora.merge_lora((item for bucket in buckets for item in bucket.items()), self.lora_scaling)
+        return weight_buckets(merged, device=torch.device(device), dtype=dtype, bucket_bytes=bucket_bytes)
 
     def save_hf(self, path: str, tokenizer_path: str) -> None:
         """Write the policy in Hugging Face format (rank 0 writes; every rank must call it, since
-        gathering the full weights is a collective under fsdp2_train)."""
-        state = self.strategy.full_state_dict()
+        gathering the full weights is a collective under fsdp2_train). With LoRA: the merged model, which
+        any HF or vLLM loader reads as it is."""
+        state = self.full_state_dict()
         if self.rank != 0:
             return
         from trainer.models.loading import load_tokenizer

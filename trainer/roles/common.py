@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from trainer.checkpoint.core import load_rank_rng, save_rank_rng
 from trainer.config import topology
 from trainer.config.topology import train_shape
+from trainer.models import lora
 from trainer.models.batch import response_logprobs, split_rows
 from trainer.train import PROCESS_GROUP_STRATEGIES, OptimConfig, TrainStrategy, build_strategy
 from trainer.train.base import StrategyBase
@@ -46,7 +47,8 @@ def model_path(cfg: PipelineConfig, role: str) -> str:
 def load_role_model(cfg: PipelineConfig, role: str, *, training: bool = False) -> nn.Module:
     """The role's HF model as its model_args say: dtype, attention kernel, remote code, config
     overrides; training roles recompute activations in backward unless
-    disable_gradient_checkpointing is set (ROLL's default)."""
+    disable_gradient_checkpointing is set (ROLL's default), and train LoRA adapters on a frozen model
+    when lora_target is set (trainer.models.lora)."""
     from trainer.models.loading import load_model
 
     args = role_section(cfg, role).model_args
@@ -54,6 +56,8 @@ def load_role_model(cfg: PipelineConfig, role: str, *, training: bool = False) -
                        trust_remote_code=args.trust_remote_code, config_overrides=args.model_config_kwargs)
     if training and not args.disable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if training and lora.lora_enabled(args):
+        model = lora.add_lora(model, args)
     return model
 
 

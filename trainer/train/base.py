@@ -187,7 +187,7 @@ class TrainStrategyBase(StrategyBase):
 
     def init_optimizer(self, optim: OptimConfig) -> None:
         self.optim = optim
-        self.optimizer = build_optimizer(self.model.parameters(), optim)
+        self.optimizer = build_optimizer(trainable_parameters(self.model), optim)
         self.scheduler = build_scheduler(self.optimizer, optim)
 
     def train_step(self, micro_batches: list[dict[str, Tensor]], loss_fn: LossFn) -> dict[str, float]:
@@ -282,6 +282,12 @@ def lr_multiplier(step: int, cfg: OptimConfig) -> float:
     else:
         decay = max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
     return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * decay
+
+
+def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters the optimizer steps: all of them, or a LoRA model's adapters (its frozen base
+    weights then hold no optimizer state)."""
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def build_optimizer(params: Any, cfg: OptimConfig) -> torch.optim.Optimizer:

@@ -47,6 +47,7 @@ from trainer.train.base import (
     lr_multiplier,
     require_process_group,
     require_same_micro_batch_count,
+    trainable_parameters,
 )
 from trainer.train.deepspeed_config import (
     build_ds_config,
@@ -96,13 +97,13 @@ def build_ds_optimizer(model: nn.Module, optim: OptimConfig, *, offload: bool) -
     """training_args.optim as torch_train builds it; with optimizer offload DeepSpeed's CPU Adam (in
     AdamW or Adam mode: the update runs in compiled C++ on the CPU copy of the fp32 state)."""
     if not offload:
-        return build_optimizer(model.parameters(), optim)
+        return build_optimizer(trainable_parameters(model), optim)
     if optim.optimizer == "sgd":
         raise ValueError("training_args.optim=sgd cannot run with strategy_config.zero_optimization."
                          "offload_optimizer: DeepSpeed's CPU offload steps Adam/AdamW; use adamw or turn offload off")
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-    return DeepSpeedCPUAdam(model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps,
+    return DeepSpeedCPUAdam(trainable_parameters(model), lr=optim.lr, betas=optim.betas, eps=optim.eps,
                             weight_decay=optim.weight_decay, adamw_mode=optim.optimizer != "adam")
 
 

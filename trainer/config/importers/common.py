@@ -142,20 +142,24 @@ def import_save_interval(t: Translation, source: str) -> None:
                "set save_steps = max_steps for only the final one")
 
 
-def import_lora(t: Translation, section: str, *, rank: str, alpha: str, targets: str) -> None:
-    """LoRA alpha and target modules under `section` (its rank is a plain rule): mapped when rank > 0, else
-    each one written is reported as not imported. Target modules may be a list or a comma-separated string."""
+def import_lora(t: Translation, section: str, *, rank: str, alpha: str, targets: str, dropout: str | None = None,
+                alpha_default: int = 16, targets_default: str = "all-linear") -> None:
+    """LoRA alpha, target modules (and dropout) under `section` (its rank is a plain rule): mapped when rank > 0,
+    alpha and targets at the source's defaults when the file leaves them out (LoRA here is ROLL's: it turns on
+    with lora_target, and an unset alpha would be 2 × rank); else each one written is reported as not imported.
+    Target modules may be a list or a comma-separated string."""
+    keys = (alpha, targets) if dropout is None else (alpha, targets, dropout)
     if (t.get(f"{section}.{rank}") or 0) <= 0:
-        for key in (alpha, targets):
+        for key in keys:
             if t.written(f"{section}.{key}"):
                 t.warn(f"{section}.{key}", f"= {t.get(f'{section}.{key}')!r} not imported: used only when {rank} > 0")
         return
-    if t.has(f"{section}.{alpha}"):
-        t.set("actor_train.model_args.lora_alpha", t.int(f"{section}.{alpha}"), f"{section}.{alpha}")
-    target = t.get(f"{section}.{targets}")
-    if target is not None:
-        text = ",".join(str(x) for x in target) if isinstance(target, list) else str(target)
-        t.set("actor_train.model_args.lora_target", text, f"{section}.{targets}")
+    t.set("actor_train.model_args.lora_alpha", t.int(f"{section}.{alpha}", alpha_default), f"{section}.{alpha}")
+    target = t.get(f"{section}.{targets}", targets_default)
+    text = ",".join(str(x) for x in target) if isinstance(target, list) else str(target)
+    t.set("actor_train.model_args.lora_target", text, f"{section}.{targets}")
+    if dropout is not None and t.has(f"{section}.{dropout}"):
+        t.set("actor_train.model_args.lora_dropout", t.float(f"{section}.{dropout}"), f"{section}.{dropout}")
 
 
 def positive_interval(value: Any) -> Any:

@@ -133,6 +133,8 @@ def _model_rules(src: str, role: str) -> list[Rule]:
                  note="used when lora.rank > 0"),
             Rule(f"{src}.model.lora.target_modules", f"{role}.model_args.lora_target", "q_proj,v_proj", derived=True,
                  note="used when lora.rank > 0"),
+            Rule(f"{src}.model.lora.dropout", f"{role}.model_args.lora_dropout", 0.05, derived=True,
+                 note="used when lora.rank > 0"),
             *[Rule(f"{src}.megatron_config.{key}", f"{cfg}.{key}", 2, note="used when trainer.strategy is megatron; "
                    "also the reference's") for key in MEGATRON_SIZES],
             Rule(f"{src}.megatron_config.ddp_config.overlap_grad_reduce", f"{cfg}.overlap_grad_reduce", True,
@@ -364,7 +366,8 @@ def finish(t: Translation) -> None:
     t.native["rewards"] = {"math": {"reward_type": "math_rule"}}
     if t.written("deepspeed_config") and t.get(f"{T}.strategy") != "deepspeed":
         warn_unused(t, "deepspeed_config", "DeepSpeed templates are used only when trainer.strategy is deepspeed")
-    import_lora(t, f"{T}.policy.model", rank="lora.rank", alpha="lora.alpha", targets="lora.target_modules")
+    import_lora(t, f"{T}.policy.model", rank="lora.rank", alpha="lora.alpha", targets="lora.target_modules",
+                dropout="lora.dropout")
     if t.has("data.val_data"):
         val = t.native.setdefault("validation", {})
         val.setdefault("generating_args", {})

@@ -210,7 +210,6 @@ NOTES: dict[str, str] = {
     f"{T}.policy.model_config_kwargs": "model config overrides are actor_train.model_args.model_config_kwargs",
     f"{T}.ref.model_config_kwargs": "the reference loads the model as it is stored",
     f"{T}.critic.model_config_kwargs": "model config overrides are critic.model_args.model_config_kwargs",
-    f"{T}.policy.model.lora.dropout": "LoRA adapters train without dropout",
     f"{T}.policy.model.lora.lora_sync_path": "LoRA weights are pushed to the engine directly",
     f"{T}.policy.model.lora.exclude_modules": "LoRA adapters go on lora_target modules only",
     f"{T}.critic.model.lora": "the critic trains all its weights",

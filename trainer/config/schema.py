@@ -119,7 +119,8 @@ def field_status(model: type[BaseModel], name: str) -> tuple[str, str]:
 
 Dtype = Literal["fp32", "bf16", "fp16"]
 # ROLL's step-wise agentic advantage estimators: the schema accepts them, this build cannot run them.
-UNBUILT_ADV_ESTIMATORS = ("gigpo", "step_reinforce", "agentic_reinforce")
+# remax: its baseline is a greedy rollout per prompt, which the RLVR pipeline does not generate
+UNBUILT_ADV_ESTIMATORS = ("gigpo", "step_reinforce", "agentic_reinforce", "remax")
 NormType = Literal["batch", "group", "running", "none"]
 AutoInt = int | Literal["auto"]
 AutoFloat = float | Literal["auto"]
@@ -492,6 +493,14 @@ class MegatronConfig(Section):
     moe_router_dtype: str | None = fld(
         None, category="Strategy", inactive=MEGATRON_MOE, description="ROLL: dtype of the MoE router's logits.",
     )
+    fp8: str | None = fld(
+        None, category="Strategy", inactive=import_only("FP8 training is not built; the role trains in model_args.dtype"),
+        description="ROLL: megatron-core's FP8 format (e4m3, hybrid).",
+    )
+    fp8_recipe: str | None = fld(
+        None, category="Strategy", inactive=import_only("FP8 training is not built; the role trains in model_args.dtype"),
+        description="ROLL: megatron-core's FP8 scaling recipe (delayed, tensorwise, mxfp8, …).",
+    )
 
 
 class OffloadConfig(Section):
@@ -682,6 +691,16 @@ class VllmConfig(Section):
     max_num_batched_tokens: int | None = fld(None, category="Strategy", ge=1, description="Token budget per engine step.")
     max_num_seqs: int | None = fld(None, category="Strategy", ge=1, description="Most sequences decoded concurrently.")
     disable_log_stats: bool = fld(True, category="Strategy", description="Silence periodic engine statistics.")
+    online_quantization: str | None = fld(
+        None, category="Strategy",
+        inactive=import_only("quantized rollouts are not built; the engine generates in model_args.dtype"),
+        description="ROLL: quantize the engine's weights when they are loaded (e.g. Ascend's ascend_mxfp8).",
+    )
+    online_quantization_config: dict[str, Any] | None = fld(
+        None, category="Strategy",
+        inactive=import_only("quantized rollouts are not built; the engine generates in model_args.dtype"),
+        description="ROLL: settings of online_quantization (e.g. group_size).",
+    )
     kv_cache_memory_bytes: int | None = fld(
         None, category="Strategy", ge=1,
         description="KV-cache size in bytes, instead of what gpu_memory_utilization leaves. Unset on CPU: 1 GiB "

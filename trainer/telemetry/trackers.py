@@ -94,9 +94,10 @@ class SwanlabTracker:
         self.swanlab.finish()
 
 
-def build_tracker(name: str, run_dir: str | Path, *, run_name: str | None = None,
+def build_tracker(name: str, run_dir: str | Path, /, *, run_name: str | None = None,
                   config: Mapping[str, Any] | None = None, **kwargs: Any) -> Tracker:
-    """The tracker `track_with` names; tensorboard writes to `run_dir/tensorboard` unless `log_dir` is given."""
+    """The tracker `track_with` names; tensorboard writes to `run_dir/tensorboard` unless `log_dir` is given.
+    `kwargs` are tracker_kwargs: a `name` there (RLinf's experiment name) names the wandb / swanlab run."""
     if name == "none":
         return NullTracker()
     if name == "stdout":
@@ -104,7 +105,7 @@ def build_tracker(name: str, run_dir: str | Path, *, run_name: str | None = None
     if name == "tensorboard":
         return TensorBoardTracker(kwargs.get("log_dir") or Path(run_dir) / "tensorboard")
     if name == "wandb":
-        return WandbTracker(name=run_name, config=config, **kwargs)
+        return WandbTracker(**{"name": run_name, "config": config, **kwargs})
     if name == "swanlab":
-        return SwanlabTracker(name=run_name, config=config, **kwargs)
+        return SwanlabTracker(**{"name": run_name, "config": config, **kwargs})
     raise ValueError(f"track_with: unknown tracker {name!r}; valid: {', '.join(TRACKERS)}")

@@ -146,6 +146,16 @@ def test_sglang_is_one_error_naming_the_override_and_the_override_validates(fmt:
     assert fixed.config.actor_infer.strategy_args.strategy_name == "vllm"
 
 
+
+def test_verl_agents_multi_turn_env_is_one_error_naming_the_override() -> None:
+    """verl-agent's `env.max_turn` (turns against a remote environment) cannot run here: one error at that key,
+    ending with the override that trains the file single-turn; with it the file validates."""
+    raw = set_key(base("verl"), "env", {"environment_endpoint": "http://localhost:8000", "max_turn": 20})
+    result = validate_config(_yaml(raw))
+    assert [i.path for i in result.errors] == ["env.max_turn"], [str(i) for i in result.errors]
+    assert "multi-turn" in result.errors[0].message and result.errors[0].message.endswith("with the override ~env")
+    assert validate_config(_yaml(raw), ["~env"]).ok
+
 def test_sglang_in_a_native_roll_file_names_rolls_override_and_reads_sglang_names() -> None:
     text = (ROOT / "examples" / "demo_grpo_vllm_cpu.yaml").read_text()
     sglang = ["actor_infer.strategy_args.strategy_name=sglang",
@@ -203,3 +213,10 @@ def test_a_top_level_helper_built_from_interpolation_is_a_warning_a_literal_typo
     assert helper.ok and _warned(helper, "model_name", "not used by PolicyLab", "helper variable")
     typo = validate_config(text + "max_step: 10\n")
     assert any(i.path == "max_step" and "did you mean max_steps?" in i.message for i in typo.errors)
+
+
+def test_remax_is_refused_until_its_greedy_baseline_is_generated() -> None:
+    """ReMax needs a greedy rollout per prompt as its baseline; the RLVR pipeline generates none, so a config naming
+    it is refused before launch (it failed at the first advantage computation)."""
+    result = validate_config(ROOT / "examples" / "demo_grpo_cpu.yaml", ["adv_estimator=remax"])
+    assert [(i.path, i.kind) for i in result.errors] == [("adv_estimator", "not_built")], [str(i) for i in result.errors]

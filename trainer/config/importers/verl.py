@@ -6,8 +6,9 @@ rank: per_device_train_batch_size = micro, gradient_accumulation_steps = mini ×
 verl's hybrid engine puts actor, rollout and reference (and critic) on all `nnodes × n_gpus_per_node`
 devices, taking turns: every role gets that whole device_mapping. With Megatron the data-parallel size
 is GPUs / (TP × PP × CP). A critic exists when `critic.enable` is true or, unset, when adv_estimator is
-gae. Multi-turn rollouts (`rollout.multi_turn.enable: true`) are refused: the agentic pipeline plays
-ROLL environments, not verl's tools and interactions. The DAPO recipe's filter_groups become dynamic
+gae. Multi-turn rollouts (`rollout.multi_turn.enable: true`, and verl-agent's `env.max_turn` turns against a
+remote environment) are refused: the agentic pipeline plays ROLL environments, not verl's tools, interactions or
+remote environments. The DAPO recipe's filter_groups become dynamic
 sampling: a std_filter at 0 on every reward (groups whose rewards are all equal) and
 is_use_additional_prompts, which draws replacement prompts.
 """
@@ -502,6 +503,8 @@ def finish(t: Translation) -> None:
         warn_unused(t, "critic", "no critic is created (critic.enable is false, or unset and adv_estimator is not "
                     "gae)")
     _refuse_multi_turn(t)
+    _refuse_agent_env(t)
+    _refuse_remax(t)
     _refuse_unbuilt_objectives(t)
     if t.native.get("policy_loss", "ppo") == "ppo":  # verl's vanilla loss bounds A < 0 at clip_ratio_c (dual clip)
         t.native["dual_clip_loss"] = True
@@ -601,6 +604,25 @@ def _refuse_multi_turn(t: Translation) -> None:
                 "agentic pipeline plays ROLL environments: train_env_manager, custom_envs), and running this config "
                 "single-turn would train something else; for a single-turn task, use the override "
                 f"{path}=false")
+
+
+def _refuse_agent_env(t: Translation) -> None:
+    """verl-agent's `env` section: a multi-turn agent loop against a remote environment server (env.max_turn turns)."""
+    if t.has("env.max_turn"):
+        t.error("env.max_turn", f"= {t.get('env.max_turn')!r} is refused: verl-agent's multi-turn rollouts against a "
+                "remote environment (env.environment_endpoint) are not supported (the agentic pipeline plays ROLL "
+                "environments: train_env_manager, custom_envs), and running this config single-turn would train "
+                "something else; to train single-turn on the file's prompts with its rule reward, remove the section "
+                "with the override ~env")
+
+
+def _refuse_remax(t: Translation) -> None:
+    """ReMax subtracts the reward of a greedy rollout per prompt, which the RLVR pipeline does not generate."""
+    if t.get("algorithm.adv_estimator") == "remax":
+        t.error("algorithm.adv_estimator", "= 'remax' is refused: ReMax's baseline, a greedy rollout per prompt, is not "
+                "generated here, and another estimator trains something else; to train this file with REINFORCE++ "
+                "(batch-normalised returns, no baseline rollout), use the override "
+                "algorithm.adv_estimator=reinforce_plus_plus")
 
 
 def _refuse_unbuilt_objectives(t: Translation) -> None:

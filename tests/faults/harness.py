@@ -296,6 +296,8 @@ class Fault:
     first_attempt_says: str | None = None
     overrides: tuple[str, ...] = ()
     takes_over: bool = False  # the run's supervisor dies with the fault: recovered once another holds the run
+    # what else the platform must show for this fault: (client, run id) -> problems
+    check: Callable[[Client, int], list[str]] | None = None
 
 
 def sigkill(pids: list[int]) -> None:
@@ -358,6 +360,34 @@ def hang_a_rank(stack: Stack, run_id: int) -> str:
     return f"SIGSTOP {target.pid} (actor_train rank 1, in the middle of its collectives)"
 
 
+def stop_actor_infer(stack: Stack, run_id: int) -> str:
+    target = actor(stack, "actor_infer:0")
+    os.kill(target.pid, signal.SIGSTOP)  # a rollout that never returns; no collective to time it out
+    return f"SIGSTOP {target.pid} (actor_infer rank 0: the rollout engine stops answering)"
+
+
+STALL_BOUND_S = 5.0
+# the watchdog bounds the engine's phases at 5 s and restarts the run from its latest checkpoint
+STALL_OVERRIDES = (f"watchdog.phase_timeout_s={{generate: {STALL_BOUND_S:g}, weight_sync: {STALL_BOUND_S:g}}}",
+                   "watchdog.poll_s=0.5", "watchdog.on_stall=restart_from_checkpoint")
+
+
+def stall_shown(client: Client, run_id: int) -> list[str]:
+    """The first attempt's stall, as the API's run detail shows it: the engine's phase, reported within twice
+    its bound, naming actor_infer rank 0, with the stopped process's stack."""
+    stalls = [s for s in client.run(run_id).get("stalls", []) if s["attempt"] == 1]
+    if len(stalls) != 1:
+        return [f"expected one stall of attempt 1, the API lists {len(stalls)}"]
+    stall, problems = stalls[0], []
+    if stall["phase"] not in ("generate", "weight_sync") or stall["elapsed_s"] > 2 * STALL_BOUND_S:
+        problems.append(f"stall in {stall['phase']} after {stall['elapsed_s']} s (bound {STALL_BOUND_S} s)")
+    if not any(w["role"] == "actor_infer" and w["ranks"] == [0] for w in stall["waiting"]):
+        problems.append(f"the stall names {stall['waiting']}, not actor_infer rank 0")
+    if "actor_infer rank 0" not in stall["stacks"] or "Thread" not in stall["stacks"]:
+        problems.append("the stall's stacks hold no stack of actor_infer rank 0")
+    return problems
+
+
 def nothing(stack: Stack, run_id: int) -> str:
     return "nothing (the peer every other row's run time is compared with)"
 
@@ -378,6 +408,9 @@ FAULTS = [
     Fault("full restart (run_platform)", restart_everything, r"vanished from the cluster", takes_over=True),
     Fault("hung collective (SIGSTOP rank)", hang_a_rank,
           r"role 'actor_train' rank 0: \w+ failed: .*Timed out.*ranks \[1\] had not answered", HANG_OVERRIDES),
+    Fault("stalled rollout (SIGSTOP actor_infer)", stop_actor_infer,
+          r"Stalled: phase (generate|weight_sync) has run .*waiting on actor_infer rank 0", STALL_OVERRIDES,
+          check=stall_shown),
 ]
 
 
@@ -469,6 +502,8 @@ def run_fault(stack: Stack, client: Client, experiment_id: int, fault: Fault, rn
     row.attempts = [{"number": a["number"], "status": a["status"], "message": a["message"]}
                     for a in sorted(final["attempts"], key=lambda a: a["number"])]
     check_run(stack, client, run_id, row)
+    if fault.check is not None:
+        row.problems += fault.check(client, run_id)
     row.outcome = describe(row, final)
     log(f"[faults] {fault.name}: {row.outcome}; lost {row.lost}, duplicated {row.duplicated}, "
         f"recovered in {row.recover_s:.1f} s{'; PROBLEMS: ' + '; '.join(row.problems) if row.problems else ''}")

@@ -12,6 +12,7 @@ the Ray side's methods, so `LocalWorkerGroup` (and this module) work where Ray i
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ from trainer.cluster.resources import ResourcePool
 if TYPE_CHECKING:
     import ray
 
+# ray.wait in slices: the driver's main thread returns to Python between them, so a signal (a cancel,
+# the watchdog ending a stalled attempt) is handled within a second even while a call runs for hours
+WAIT_SLICE_S = 1.0
 Method = str | Callable[..., Any]
 """A worker method: the function itself (its name is what the rank calls) or its name."""
 
@@ -104,10 +108,11 @@ class WorkerHost:
         rank: int,
         world_size: int,
         rendezvous: dict[str, Any] | None,
-    ) -> None:
+    ) -> int:
         if rendezvous is not None:
             dist_setup.init_process_group(rank=rank, world_size=world_size, **rendezvous)
         self.worker = worker_cls(role, *init_args, rank, world_size)
+        return os.getpid()  # the driver's watchdog reads a stuck rank's stack through it
 
     def call(self, method: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         args = tuple(a.resolve() if isinstance(a, Deferred) else a for a in args)
@@ -153,6 +158,8 @@ class WorkerGroup:
         self.role, self.pool, self.timeout_s = role, pool, timeout_s
         # calls handed out without waiting (call_all_deferred(wait=False)): settled with the next call
         self.unsettled: list[tuple[str, list[ray.ObjectRef]]] = []
+        self.in_flight: tuple[str, tuple[int, ...]] | None = None  # (method, ranks not answered yet)
+        self.pids: list[int | None] = []
         placement = pool.placement(role)
         self.world_size = placement.world_size
         group = pool.acquire()
@@ -178,7 +185,7 @@ class WorkerGroup:
                 actor.start.remote(worker_cls, role, tuple(init_args), rank, self.world_size, rendezvous[rank])
                 for rank, actor in enumerate(self.actors)
             ]
-            self._gather(starts, "start", start_timeout_s)
+            self.pids = self._gather(starts, "start", start_timeout_s)
         except BaseException:
             self.shutdown()
             raise
@@ -213,27 +220,33 @@ class WorkerGroup:
         pending.update({ref: (rank, method, True) for rank, ref in enumerate(refs)})
         results: list[Any] = [None] * len(refs)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while pending:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
-            if not ready:
-                ranks = sorted({rank for rank, _, _ in pending.values()})
-                raise WorkerGroupError(self.role, None, method, f"no answer after {timeout_s:g} s from ranks {ranks}")
-            for ref in ready:
-                rank, name, wanted = pending.pop(ref)
-                try:
-                    value = ray.get(ref)
-                except ray.exceptions.RayTaskError as error:
-                    cause = error.cause if error.cause is not None else error
-                    if isinstance(cause, WorkerGroupError) and cause.role != self.role:
-                        raise cause from error  # a Deferred argument was lost: its producer is the story
-                    message = f"{type(cause).__name__}: {cause}{_still_busy(pending)}"
-                    raise WorkerGroupError(self.role, rank, name, message) from error
-                except ray.exceptions.RayError as error:  # the actor died (OOM, segfault, killed)
-                    message = f"{type(error).__name__}: {error}{_still_busy(pending)}"
-                    raise WorkerGroupError(self.role, rank, name, message) from error
-                if wanted:
-                    results[rank] = value
+        try:
+            while pending:
+                self.in_flight = (method, tuple(sorted({rank for rank, _, _ in pending.values()})))
+                remaining = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, max(0.0, deadline - time.monotonic()))
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
+                if not ready:
+                    if deadline is None or time.monotonic() < deadline:
+                        continue
+                    ranks = sorted({rank for rank, _, _ in pending.values()})
+                    raise WorkerGroupError(self.role, None, method, f"no answer after {timeout_s:g} s from ranks {ranks}")
+                for ref in ready:
+                    rank, name, wanted = pending.pop(ref)
+                    try:
+                        value = ray.get(ref)
+                    except ray.exceptions.RayTaskError as error:
+                        cause = error.cause if error.cause is not None else error
+                        if isinstance(cause, WorkerGroupError) and cause.role != self.role:
+                            raise cause from error  # a Deferred argument was lost: its producer is the story
+                        message = f"{type(cause).__name__}: {cause}{_still_busy(pending)}"
+                        raise WorkerGroupError(self.role, rank, name, message) from error
+                    except ray.exceptions.RayError as error:  # the actor died (OOM, segfault, killed)
+                        message = f"{type(error).__name__}: {error}{_still_busy(pending)}"
+                        raise WorkerGroupError(self.role, rank, name, message) from error
+                    if wanted:
+                        results[rank] = value
+        finally:
+            self.in_flight = None
         return results
 
     def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
@@ -306,6 +319,8 @@ class LocalWorkerGroup:
         distributed: bool = False,
     ) -> None:
         self.role, self.pool, self.world_size = role, pool, 1
+        self.in_flight: tuple[str, tuple[int, ...]] | None = None
+        self.pids: list[int | None] = [os.getpid()]
         self.owns_process_group = distributed and not dist_setup.is_initialized()
         if self.owns_process_group:
             dist_setup.init_process_group(
@@ -319,10 +334,13 @@ class LocalWorkerGroup:
 
     def _call(self, method: Method, args: tuple, kwargs: dict[str, Any]) -> Any:
         method = method_name(method)
+        self.in_flight = (method, (0,))
         try:
             return getattr(self.worker, method)(*args, **kwargs)
         except Exception as error:
             raise WorkerGroupError(self.role, 0, method, f"{type(error).__name__}: {error}") from error
+        finally:
+            self.in_flight = None
 
     def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
         return [self._call(method, args, kwargs)]

@@ -993,6 +993,48 @@ class CheckpointConfig(Section):
     )
 
 
+WATCHED_PHASES = ("generate", "reward", "old_log_probs", "ref_log_probs", "values", "advantages", "critic_update",
+                  "actor_update", "weight_sync", "eval", "checkpoint")
+
+
+class WatchdogConfig(Section):
+    """PolicyLab's own: when a step's phase counts as stalled, and what then (trainer.pipeline.watchdog)."""
+
+    factor: float = fld(10.0, category="Run supervision", gt=1,
+                        description="A phase is stalled past factor × the median of its last durations.")
+    floor_s: float = fld(60.0, category="Run supervision", gt=0,
+                         description="The smallest learned bound, in seconds (short phases vary a lot).")
+    first_s: float = fld(1800.0, category="Run supervision", gt=0,
+                         description="The bound of a phase before it has run min_samples times (start-up "
+                         "compiles, loads and warms up).")
+    window: int = fld(20, category="Run supervision", ge=1, description="Durations the median is taken over.")
+    min_samples: int = fld(3, category="Run supervision", ge=1,
+                           description="Runs of a phase before its bound is learned from them.")
+    phase_timeout_s: dict[str, float] = fld_factory(
+        dict, category="Run supervision",
+        description=f"A fixed bound in seconds per phase, instead of the learned one; phases: {', '.join(WATCHED_PHASES)}.",
+    )
+    on_stall: Literal["wait", "fail", "restart_from_checkpoint"] = fld(
+        "wait", category="Run supervision",
+        description="wait: report the stall (phase, ranks, stacks) and keep waiting; fail: end the attempt, no "
+        "retry; restart_from_checkpoint: end it, and the platform resumes the run from its latest checkpoint.",
+    )
+    poll_s: float = fld(1.0, category="Run supervision", gt=0, le=60, description="How often the watchdog looks.")
+    grace_s: float = fld(30.0, category="Run supervision", gt=0,
+                         description="After fail / restart, how long the driver may take to stop before it exits.")
+
+    @field_validator("phase_timeout_s")
+    @classmethod
+    def _known_phases(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(WATCHED_PHASES))
+        if unknown:
+            raise ValueError(f"unknown phase(s) {unknown}; valid: {', '.join(WATCHED_PHASES)}")
+        bad = sorted(name for name, seconds in value.items() if not seconds > 0)
+        if bad:
+            raise ValueError(f"bounds must be > 0 seconds: {bad}")
+        return value
+
+
 # ---------------------------------------------------------------------------------------------
 # agentic
 
@@ -1219,6 +1261,10 @@ class PipelineConfig(Section):
     )
     max_ckpts_to_keep: int = fld(
         -1, category="Checkpointing", description="Keep only the newest N checkpoints (-1 keeps all)."
+    )
+    watchdog: WatchdogConfig = fld_factory(
+        WatchdogConfig, category="Run supervision",
+        description="PolicyLab's stall detection per phase of a step: bounds and what a stall does.",
     )
 
     # Batch sizes and lengths

@@ -89,7 +89,7 @@ class AgenticPipeline(RLVRPipeline):
 
     # -- one step -------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
-        cfg, timer = self.cfg, Timer()
+        cfg, timer = self.cfg, Timer(self.watch)
         metrics: dict[str, float] = {}
         before = self.train_envs.position
         episodes = self.train_envs.draw(step)

@@ -47,6 +47,7 @@ from trainer.rollout.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
+    from trainer.pipeline.watchdog import Watchdog
 
 
 TRAIN_ROLES = ("actor_train", "critic")
@@ -54,8 +55,11 @@ ROLLOUT_BUFFER_FILE = "rollout_buffer.json"  # a checkpoint's generated, not yet
 
 
 class Timer:
-    def __init__(self) -> None:
+    """`timing/<phase>` seconds of one step's phases, each also inside `watch(phase)` (the watchdog's)."""
+
+    def __init__(self, watch: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None) -> None:
         self.values: dict[str, float] = {}
+        self.watch = watch
 
     def __call__(self, name: str) -> _TimerScope:
         return _TimerScope(self, name)
@@ -64,12 +68,15 @@ class Timer:
 class _TimerScope:
     def __init__(self, timer: Timer, name: str) -> None:
         self.timer, self.name = timer, name
+        self.watched = timer.watch(name) if timer.watch is not None else contextlib.nullcontext()
 
     def __enter__(self) -> None:
+        self.watched.__enter__()
         self.start = time.perf_counter()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.timer.values[f"timing/{self.name}"] = time.perf_counter() - self.start
+        self.watched.__exit__(*exc)
 
 
 def sampling_seed(cfg: PipelineConfig, section: Any) -> int:
@@ -191,6 +198,7 @@ class RLVRPipeline:
         self.producer: RolloutProducer | None = None  # one_step_off / async
         self.backlog: list[Rollout | PendingBatch] = []  # sync: batches an async checkpoint left drawn
         self.refill_metrics: dict[str, float] = {}  # dynamic sampling's for the batch being trained
+        self.watchdog: Watchdog | None = None  # set by the runner: every phase below runs inside watch()
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
@@ -206,7 +214,8 @@ class RLVRPipeline:
         self.emitter.status("running", step=self.step, total_steps=cfg.max_steps)
         try:
             if cfg.val_before_train and self.step == 0 and self.eval_prompts:
-                self.emitter.metrics(self.evaluate(), step=0)
+                with self.watch("eval"):
+                    self.emitter.metrics(self.evaluate(), step=0)
             if self.schedule.overlaps:
                 self.producer = RolloutProducer(
                     collect=self.collect, load_weights=self.load_engine_weights, sampler=self.sampler,
@@ -223,7 +232,8 @@ class RLVRPipeline:
                 metrics = self.train_step(step) if self.producer is None else self.async_step(step)
                 self.step = step
                 if cfg.eval_steps > 0 and self.step % cfg.eval_steps == 0 and self.eval_prompts:
-                    metrics.update(self.evaluate())
+                    with self.watch("eval"):
+                        metrics.update(self.evaluate())
                 self.step_times.append(time.perf_counter() - started)
                 metrics["timing/step"] = self.step_times[-1]
                 self.history.append(metrics)
@@ -232,7 +242,8 @@ class RLVRPipeline:
                 self.emitter.status("running", step=self.step, total_steps=cfg.max_steps, eta_s=self.eta())
                 self.log(self.progress_line(metrics))
                 if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
-                    self.save_checkpoint()
+                    with self.watch("checkpoint"):
+                        self.save_checkpoint()
             left = self.producer.leftovers() if self.producer is not None else [b.batch_id for b in self.backlog]
             self.ledger.record("end", step=self.step, left=left)
         finally:
@@ -242,6 +253,10 @@ class RLVRPipeline:
                 self.producer.stop(timeout_s=120.0 if sys.exc_info()[0] is None else 5.0)
             self.ledger.close()
         return self.history
+
+    def watch(self, phase: str) -> contextlib.AbstractContextManager[Any]:
+        """The watchdog's scope of `phase` (trainer.pipeline.watchdog), when the runner set one."""
+        return self.watchdog.phase(phase) if self.watchdog is not None else contextlib.nullcontext()
 
     def find_resume(self) -> tuple[Path | None, str | None]:
         """The checkpoint to resume from and what the config asked for. Asked for and not found: the attempt
@@ -329,15 +344,17 @@ class RLVRPipeline:
         started = time.perf_counter()
         params = sampling_params(cfg, cfg.actor_infer, n=cfg.num_return_sequences_in_group,
                                  seed=sampling_seed(cfg, cfg.actor_infer) * 1_000_003 + batch_id)
-        gens = self.generate(records, params)
+        with self.watch("generate"):
+            gens = self.generate(records, params)
         generated = time.perf_counter()
-        responses, scores = self.score(records, gens)
+        with self.watch("reward"):
+            responses, scores = self.score(records, gens)
         return Rollout(batch_id, list(prompt_indices), version, gens, responses, scores,
                        generate_s=generated - started, reward_s=time.perf_counter() - generated)
 
     def train_step(self, step: int) -> dict[str, float]:
         """A synchronous step: batch `step` generated by the current policy, learned from, weights synced."""
-        timer = Timer()
+        timer = Timer(self.watch)
         rollout = self.sync_rollout(step)
         metrics = self.learn(step, rollout, timer)
         metrics.update(self.refill_metrics)
@@ -372,7 +389,7 @@ class RLVRPipeline:
         """A one_step_off / async step: batch `step` from the producer, learned from, weights published
         (the producer loads them into the engine before its next generation)."""
         assert self.producer is not None
-        timer = Timer()
+        timer = Timer(self.watch)
         rollout, waited, dropped = self.next_rollout(step)
         with self.engine_turn() if self.schedule.time_shared else contextlib.nullcontext():
             metrics = self.learn(step, rollout, timer)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
 EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_STALLED = 3  # on_stall: fail — the platform does not retry it (jobs.transitions)
 
 
 @dataclass
@@ -171,11 +172,19 @@ def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "
 
 def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[str], None],
            groups: dict[str, Any]) -> int:
+    from trainer.pipeline.watchdog import stalled_in, start_watchdog
+
     try:
         emitter.status("starting", step=0, total_steps=cfg.max_steps, message="loading tokenizer and data")
         emit_fingerprint(cfg, emitter, log)
         pipeline = prepare_pipeline(cfg, StartupPhases(emitter), backend=backend, log=log, groups=groups)
-        pipeline.run()
+        pipeline.watchdog, interrupt = start_watchdog(cfg.watchdog, emitter, groups, Path(cfg.output_dir), log=log,
+                                                      exit_codes={True: EXIT_FAILED, False: EXIT_STALLED})
+        try:
+            pipeline.run()
+        finally:  # before anything below closes the emitter the watchdog reports to
+            pipeline.watchdog.stop()
+            interrupt.close()
     except BaseException as exc:  # a worker crash, a bad value found late, Ctrl-C: always a terminal state
         if is_cancel(exc):  # the user asked for it: no traceback, no "training failed"
             emitter.status("cancelled", step=emitter.step, total_steps=cfg.max_steps, message="stopped by SIGTERM")
@@ -183,7 +192,8 @@ def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[st
             _shutdown(groups)
             print("cancelled", file=sys.stderr, flush=True)
             return EXIT_FAILED
-        message = f"{type(exc).__name__}: {exc}"
+        stalled = stalled_in(exc)  # raised by the watchdog's signal, maybe inside a C call that wrapped it
+        message = f"Stalled: {stalled}" if stalled is not None else f"{type(exc).__name__}: {exc}"
         emitter.log("error", traceback.format_exc())
         emitter.status("failed", step=emitter.step, total_steps=cfg.max_steps, message=message)
         print(f"training failed: {message}", file=sys.stderr, flush=True)
@@ -191,7 +201,7 @@ def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[st
         _shutdown(groups)
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return EXIT_FAILED
+        return EXIT_STALLED if stalled is not None and not stalled.retry else EXIT_FAILED
     emitter.status("succeeded", step=pipeline.step, total_steps=cfg.max_steps, eta_s=0.0)
     emitter.close()
     _shutdown(groups)
@@ -290,7 +300,8 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     sampler = PromptSampler(len(train), cfg.rollout_batch_size, seed=cfg.seed if data_seed is None else data_seed,
                             shuffle=data_args.shuffle)
     groups.update(build_groups(cfg, roles, backend, phase=emitter.phase))
-    sizes = ", ".join(f"{role} x{len(groups[role].call_all(Role.ping))}" for role in roles)
+    sizes = ", ".join(f"{role} x{len(groups[role].call_all(Role.ping))} (pid {', '.join(map(str, groups[role].pids))})"
+                      for role in roles)  # the pids: where py-spy (or the watchdog) reads a rank's stack
     log(f"roles: {sizes}; {len(train)} train / {len(evals)} eval prompts; backend {backend}")
     return RLVRPipeline(cfg, emitter, groups=groups, tokenizer=tokenizer, train_prompts=train,
                         eval_prompts=evals, sampler=sampler, log=log)

@@ -46,6 +46,13 @@ class RunTelemetry:
     def resume(self, report: Mapping[str, Any], step: int) -> None:
         self.emitter.resume(report, step)
 
+    def stall(self, data: Mapping[str, Any]) -> None:
+        self.emitter.stall(data, self.step)
+
+    @property
+    def attempt(self) -> int:
+        return self.emitter.attempt
+
     def log(self, level: str, lines: str | Iterable[str]) -> None:
         self.emitter.log(level, lines, self.step)
 

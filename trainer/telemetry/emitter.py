@@ -70,6 +70,9 @@ class EventEmitter:
     def resume(self, report: Mapping[str, Any], step: int) -> Event:
         return self.emit("resume", ev.resume_data(report), step)
 
+    def stall(self, data: Mapping[str, Any], step: int) -> Event:
+        return self.emit("stall", ev.stall_data(data), step)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()

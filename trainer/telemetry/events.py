@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 EVENT_VERSION = 1
-EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume"]
-EVENT_TYPES: tuple[str, ...] = ("status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume")
+EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume", "stall"]
+EVENT_TYPES: tuple[str, ...] = ("status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume",
+                                "stall")
+STALL_STATES: tuple[str, ...] = ("stalled", "recovered")
 RUN_STATES: tuple[str, ...] = ("starting", "running", "succeeded", "failed", "cancelled")
 CHECKPOINT_CONTENTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng", "data")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -108,6 +110,21 @@ class FingerprintData(TypedDict):
     data: dict[str, Any]
 
 
+class StallData(TypedDict):
+    """The driver's watchdog (trainer.pipeline.watchdog): a phase past its bound (`stalled`, with the
+    ranks not answering and the stacks), or a stalled phase that ended after all (`recovered`)."""
+
+    state: str  # STALL_STATES
+    phase: str
+    elapsed_s: float
+    bound_s: NotRequired[float]
+    summary: NotRequired[str]
+    on_stall: NotRequired[str]
+    waiting: NotRequired[list[dict[str, Any]]]  # {"role", "method", "ranks"}
+    stacks: NotRequired[str]
+    file: NotRequired[str]  # the stall's text file, relative to the run directory
+
+
 class ResumeData(TypedDict):
     """What a resumed attempt restored (trainer.pipeline.resume_report): `ok` false names, in `problems`,
     what does not add up; the attempt then fails instead of training on."""
@@ -121,6 +138,7 @@ class ResumeData(TypedDict):
 # Required keys of each event's data, where the contract fixes them (the rest are free-form dicts).
 FINGERPRINT_KEYS: tuple[str, ...] = ("packages", "policylab", "hardware", "config_hash", "data")
 RESUME_KEYS: tuple[str, ...] = ("ok", "problems", "checkpoint", "step")
+STALL_KEYS: tuple[str, ...] = ("state", "phase", "elapsed_s")
 
 
 # Required keys of a RolloutSample (spelled out: with postponed annotations TypedDict cannot see NotRequired).
@@ -292,6 +310,15 @@ def resume_data(report: Mapping[str, Any]) -> ResumeData:
     if bool(report["ok"]) == bool(report["problems"]):
         raise ValueError("resume: ok must be true exactly when problems is empty")
     return dict(report)  # type: ignore[return-value]
+
+
+def stall_data(data: Mapping[str, Any]) -> StallData:
+    missing = [k for k in STALL_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"stall: missing {', '.join(missing)}")
+    if data["state"] not in STALL_STATES:
+        raise ValueError(f"stall: state {data['state']!r}; valid: {', '.join(STALL_STATES)}")
+    return dict(data)  # type: ignore[return-value]
 
 
 def make_event(type: str, *, run_id: str, attempt: int, seq: int, step: int, data: Mapping[str, Any],

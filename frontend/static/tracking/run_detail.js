@@ -95,6 +95,7 @@ function showState(run) {
   showPhases(run);
   renderCheckpoints();
   if (statusChanged) refreshCheckpoints(); // what each checkpoint offers depends on the run's state
+  if (statusChanged && run.finished) document.querySelector("#run-stalls .stall-banner")?.remove(); // the attempt ended
 }
 
 function chartsAppeared() {
@@ -242,18 +243,19 @@ function onEvents(events, run) {
     else if (e.type === "rollouts") renderRollouts(e.data.samples || [], e.step);
     else if (e.type === "log") appendLogs((e.data.lines || []).map((text, i) => ({ seq: e.seq, line_no: i, text, level: e.data.level })));
     else if (e.type === "checkpoint" && e.data.checkpoints) setCheckpoints(e.data.checkpoints);
-    else if (e.type === "fingerprint" || e.type === "resume") refreshAttemptRecords();
+    else if (e.type === "fingerprint" || e.type === "resume") refreshSection("attempt-records");
+    else if (e.type === "stall") refreshSection("run-stalls");
   }
   showState(run);
 }
 
-// An attempt's fingerprint or resume report arrived: the server renders the section again (it is stored
-// before it is published), and the page takes it in place of its own.
-async function refreshAttemptRecords() {
+// An attempt's fingerprint or resume report, or a stall, arrived: the server renders that section again (it
+// is stored before it is published), and the page takes it in place of its own.
+async function refreshSection(id) {
   const response = await fetch(location.pathname, { headers: { Accept: "text/html" } });
   if (!response.ok) return;
-  const fresh = new DOMParser().parseFromString(await response.text(), "text/html").getElementById("attempt-records");
-  if (fresh) document.getElementById("attempt-records")?.replaceWith(fresh);
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html").getElementById(id);
+  if (fresh) document.getElementById(id)?.replaceWith(fresh);
 }
 
 // A confirmation that says what will happen; resolves true when the user agrees. `danger`: the agreeing

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from policylab.accounts.models import ApiToken, Team
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
-from policylab.tracking.selectors import attempt_records
+from policylab.tracking.selectors import attempt_records, run_stalls
 
 
 @extend_schema_field({"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "string"}]})
@@ -143,18 +143,40 @@ class AttemptRecordOut(serializers.Serializer):
                                    "data (epoch, index, position), ledger counts, rng, optimizer, kl, reward_norm")
 
 
+class StallOut(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    seq = serializers.IntegerField()
+    time = serializers.DateTimeField()
+    phase = serializers.CharField(help_text="the step's phase past its watchdog bound")
+    summary = serializers.CharField()
+    elapsed_s = serializers.FloatField(help_text="how long the phase had run when it was reported")
+    bound_s = serializers.FloatField(allow_null=True)
+    on_stall = serializers.CharField(help_text="wait, fail or restart_from_checkpoint")
+    waiting = serializers.ListField(child=serializers.DictField(), help_text='[{"role", "method", "ranks"}]')
+    stacks = serializers.CharField(help_text="the driver's and the waiting ranks' Python stacks")
+    file = serializers.CharField(help_text="the stall's text file, relative to the run directory")
+    recovered_after_s = serializers.FloatField(allow_null=True, help_text="set when the phase ended after all")
+    open = serializers.BooleanField(help_text="the latest attempt is stalled now")
+
+
 class RunDetailSerializer(RunSerializer):
-    """A run with what each attempt ran on and resumed (tracking's AttemptRecord), newest attempt first."""
+    """A run with what each attempt ran on and resumed (tracking's AttemptRecord), newest attempt first, and
+    the watchdog's stalls, newest first."""
 
     attempt_records = serializers.SerializerMethodField()
+    stalls = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "attempt_records"]
+        fields = [*RunSerializer.Meta.fields, "attempt_records", "stalls"]
         read_only_fields = fields
 
     @extend_schema_field(AttemptRecordOut(many=True))
     def get_attempt_records(self, run: Run) -> list[dict]:
         return attempt_records(run)
+
+    @extend_schema_field(StallOut(many=True))
+    def get_stalls(self, run: Run) -> list[dict]:
+        return StallOut(run_stalls(run), many=True).data
 
 
 class ExperimentSerializer(serializers.ModelSerializer):

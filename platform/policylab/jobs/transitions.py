@@ -25,6 +25,7 @@ STATUS_RUNNING, STATUS_SUCCEEDED, STATUS_FAILED = statuses.RUNNING, statuses.SUC
 
 # `python -m trainer run` exit code for an invalid config or arguments: retrying cannot help.
 TRAINER_CONFIG_ERROR_EXIT = 2
+TRAINER_STALLED_EXIT = 3  # trainer.pipeline.runner.EXIT_STALLED: a stall with on_stall fail, not to be retried
 
 Action = Literal["wait", "stop_job", "finish", "retry"]
 SUMMARY_LIMIT = 500  # characters of a failure summary; the whole output is in the run's log
@@ -93,6 +94,8 @@ def next_step(
         error = error_summary(ray_message) or f"Ray job {job_id} failed"
         if exit_code == TRAINER_CONFIG_ERROR_EXIT:
             return Step("finish", STATUS_FAILED, STATUS_FAILED, f"invalid config (trainer exit code 2): {error}")
+        if exit_code == TRAINER_STALLED_EXIT:  # the config asked for no retry (watchdog.on_stall: fail)
+            return Step("finish", STATUS_FAILED, STATUS_FAILED, error)
     if retries_used < max_retries:
         return Step("retry", SUBMITTING, STATUS_FAILED,
                     f"{error} — retrying from the latest checkpoint ({retries_used + 1}/{max_retries})")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +39,7 @@ from policylab.tracking.models import (
     MetricPoint,
     MetricSummary,
     RolloutSample,
+    RunStall,
     SystemPoint,
 )
 from policylab.tracking.selectors import checkpoint_dicts, log_colours, stop_reason_words
@@ -90,6 +91,7 @@ class RunBatch:
     status_events: list[dict[str, Any]] = field(default_factory=list)
     # (attempt, "fingerprint" | "resume") -> (seq, data): the newest of each per attempt
     attempt_facts: dict[tuple[int, str], tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    stall_events: list[dict[str, Any]] = field(default_factory=list)  # the watchdog's, in seq order
 
     def add(self, run_id: int, event: dict[str, Any]) -> None:
         """Build the rows of one event; within a batch the larger seq wins on a shared unique key."""
@@ -127,6 +129,8 @@ class RunBatch:
             )
         elif kind in ATTEMPT_FACTS:
             self.attempt_facts[(attempt, kind)] = (seq, storable_json(data))
+        elif kind == "stall":
+            self.stall_events.append(event)
         elif kind == "status":
             last = self.status_events[-1] if self.status_events else None
             if last is not None and (last["attempt"], last["data"].get("state")) == (attempt, data.get("state")):
@@ -136,6 +140,7 @@ class RunBatch:
 
 
 ATTEMPT_FACTS = ("fingerprint", "resume")  # event types stored whole on the attempt's AttemptRecord
+PAGE_RENDERED = (*ATTEMPT_FACTS, "stall")  # event types whose run-page section the server renders
 
 
 def storable_json(value: Any) -> Any:
@@ -167,6 +172,25 @@ def store_attempt_facts(run_id: int, facts: Mapping[tuple[int, str], tuple[int, 
                 changed += [kind, f"{kind}_seq"]
         if changed:
             record.save(update_fields=changed)
+
+
+def store_stalls(run_id: int, stall_events: Sequence[dict[str, Any]]) -> None:
+    """A `stalled` event is a RunStall (keyed by its seq: a replay creates nothing); a `recovered` one sets
+    the duration on the latest stall of that attempt and phase that was reported before it."""
+    for event in stall_events:
+        data = storable_json(event["data"])
+        if data.get("state") == "recovered":
+            latest = RunStall.objects.filter(run_id=run_id, attempt=event["attempt"], phase=str(data.get("phase", "")),
+                                             seq__lt=event["seq"]).order_by("-seq").values_list("pk", flat=True)[:1]
+            RunStall.objects.filter(pk__in=list(latest)).update(recovered_after_s=finite_or_none(data.get("elapsed_s")))
+            continue
+        RunStall.objects.get_or_create(run_id=run_id, seq=event["seq"], defaults={
+            "attempt": event["attempt"], "time": datetime.fromtimestamp(float(event["time"]), tz=UTC),
+            "phase": str(data.get("phase", ""))[:64], "summary": redact_credentials(str(data.get("summary", ""))),
+            "elapsed_s": finite_or_none(data.get("elapsed_s")) or 0.0, "bound_s": finite_or_none(data.get("bound_s")),
+            "on_stall": str(data.get("on_stall", ""))[:32], "waiting": data.get("waiting") or [],
+            "stacks": redact_credentials(str(data.get("stacks", ""))), "file": str(data.get("file", ""))[:512],
+        })
 
 
 def storable(text: Any) -> str:
@@ -317,6 +341,7 @@ def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
     )
     LogLine.objects.bulk_create(batch.logs, batch_size=2000, ignore_conflicts=True)
     store_attempt_facts(run_id, batch.attempt_facts)
+    store_stalls(run_id, batch.stall_events)
     if batch.checkpoints:
         mirror_retention(run_id)
     for event in batch.status_events:
@@ -485,6 +510,10 @@ def live_event(event: dict[str, Any], run_dir: Path | None = None) -> dict[str, 
                                   for line in (lines.splitlines() if isinstance(lines, str) else lines)]}
     elif event["type"] == "checkpoint" and run_dir is not None:
         data = {**data, "path": path_in_run(str(data.get("path", "")), run_dir)}
+    elif event["type"] in PAGE_RENDERED:
+        # the page asks the server for the section again (paths shown relative, credentials redacted there):
+        # stacks, package lists and data hashes need not cross the websocket
+        data = {k: data[k] for k in ("state", "phase", "ok") if k in data}
     slim["data"] = data
     return slim
 

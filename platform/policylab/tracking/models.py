@@ -182,3 +182,30 @@ class AttemptRecord(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.attempt} of run {self.run_id}"
+
+
+class RunStall(models.Model):
+    """A phase of a step past its watchdog bound (the trainer's `stall` events, trainer.pipeline.watchdog):
+    which phase, how long against which bound, the worker ranks that had not answered, the stacks, and, when
+    the phase ended after all, after how long. One row per `stalled` event (its seq); replays change nothing."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="stalls")
+    attempt = models.PositiveIntegerField()
+    seq = models.BigIntegerField(help_text="the `stalled` event's seq")
+    time = models.DateTimeField()
+    phase = models.CharField(max_length=64)
+    summary = models.TextField()
+    elapsed_s = models.FloatField(help_text="how long the phase had run when it was reported")
+    bound_s = models.FloatField(null=True)
+    on_stall = models.CharField(max_length=32, blank=True)
+    waiting = models.JSONField(default=list, help_text='[{"role", "method", "ranks"}]: the calls not answered')
+    stacks = models.TextField(blank=True)
+    file = models.CharField(max_length=512, blank=True, help_text="the stall's text file in the run directory")
+    recovered_after_s = models.FloatField(null=True, help_text="the phase's whole duration, when it ended after all")
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_run_stall")]
+
+    def __str__(self) -> str:
+        return f"stall of run {self.run_id} in {self.phase} (attempt {self.attempt})"

@@ -39,6 +39,7 @@ from policylab.tracking.models import (
     MetricPoint,
     MetricSummary,
     RolloutSample,
+    RunStall,
     SystemPoint,
 )
 
@@ -573,3 +574,16 @@ def latest_fingerprints(runs: Sequence[Run]) -> list[dict[str, Any] | None]:
     for run_id, fingerprint in records.values_list("run_id", "fingerprint"):
         newest[run_id] = fingerprint
     return [shown_json(newest[r.pk], r.run_dir) if r.pk in newest else None for r in runs]
+
+
+def run_stalls(run: Run) -> list[dict[str, Any]]:
+    """The run's stalls, newest first, as shown (stacks and summaries through shown_text); `open` marks a
+    stall of the run's latest attempt whose phase had not ended, while the run is still active."""
+    latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
+    active = run.status in statuses.ACTIVE
+    return [{"attempt": s.attempt, "seq": s.seq, "time": s.time, "phase": s.phase,
+             "summary": shown_text(s.summary, run.run_dir), "elapsed_s": s.elapsed_s, "bound_s": s.bound_s,
+             "on_stall": s.on_stall, "waiting": s.waiting, "stacks": shown_text(s.stacks, run.run_dir),
+             "file": s.file, "recovered_after_s": s.recovered_after_s,
+             "open": active and s.attempt == latest and s.recovered_after_s is None}
+            for s in RunStall.objects.filter(run=run).order_by("-seq")]

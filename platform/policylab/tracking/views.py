@@ -44,6 +44,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
                              "async_charts": ASYNC_CHARTS},
             "phases": [*statuses.PROGRESS, "finished"],
             "attempt_records": selectors.attempt_records(run),
+            "stalls": selectors.run_stalls(run),
         },
     )
 

@@ -83,6 +83,16 @@ def test_config_errors_are_not_retried() -> None:
     assert "invalid config" in done.message
 
 
+def test_a_stall_the_config_says_to_fail_on_is_not_retried_and_one_to_restart_on_is() -> None:
+    printed = ("Job entrypoint command failed with exit code 3, last available logs:\n"
+               "training failed: Stalled: phase reward has run 12 s, past its bound of 5.0 s; waiting on reward "
+               "rank 0 in score (on_stall: fail: the attempt fails without a retry)\n")
+    done = step(FAILED, exit_code=3, ray_message=printed)
+    assert (done.action, done.run_status) == ("finish", "failed")
+    assert done.message.startswith("Stalled: phase reward has run 12 s")
+    assert step(FAILED, exit_code=1, ray_message=printed.replace("code 3", "code 1")).action == "retry"
+
+
 def test_a_refusal_to_start_shows_the_trainers_reason() -> None:
     """`trainer run` ends stderr with "training refused: …" when preflight (or validation) stops it."""
     printed = ("Job entrypoint command failed with exit code 2, last available logs:\n"

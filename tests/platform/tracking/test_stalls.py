@@ -1,0 +1,84 @@
+"""The watchdog's stall events: stored once per `stalled` event (replays change nothing), closed by their
+`recovered` event, shown as a banner with the stacks on the run page while the latest attempt is stuck, and
+listed in the API's run detail, within the caller's team."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from policylab.experiments.models import RunAttempt, RunStatus
+from policylab.tracking.ingest import ingest_events, live_event
+from policylab.tracking.models import RunStall
+from tests.platform.tracking.conftest import event
+
+pytestmark = pytest.mark.django_db
+
+
+def stalled(run_dir: str, phase: str = "generate") -> dict[str, Any]:
+    return {"state": "stalled", "phase": phase, "elapsed_s": 12.5, "bound_s": 5.0, "on_stall": "wait",
+            "summary": f"phase {phase} has run 12 s, past its bound of 5.0 s; waiting on actor_infer rank 0 in generate",
+            "waiting": [{"role": "actor_infer", "method": "generate", "ranks": [0]}],
+            "stacks": f"== driver\n  File \"{run_dir}/code.py\", line 3, in wait_for_engine\n"
+                      "== actor_infer rank 0 in generate (pid 42)\nThread 42 (idle): \"MainThread\"\n    sample_tokens (hf.py:88)",
+            "file": "stalls/attempt-1-stall-1.txt"}
+
+
+def client_of(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_stall_is_stored_once_and_its_recovery_closes_it(make_run, runs_dir) -> None:
+    run = make_run()
+    events = [event("stall", run.pk, 7, 3, stalled(str(run.run_dir))),
+              event("stall", run.pk, 9, 3, {"state": "recovered", "phase": "generate", "elapsed_s": 31.0})]
+    ingest_events(events[:1], publish=False)
+    ingest_events(events[:1], publish=False)  # a replay
+    [stall] = RunStall.objects.filter(run=run)
+    assert (stall.phase, stall.elapsed_s, stall.bound_s, stall.recovered_after_s) == ("generate", 12.5, 5.0, None)
+    assert stall.waiting == [{"role": "actor_infer", "method": "generate", "ranks": [0]}]
+    ingest_events(events, publish=False)
+    stall.refresh_from_db()
+    assert stall.recovered_after_s == 31.0 and RunStall.objects.filter(run=run).count() == 1
+
+
+def test_an_open_stall_is_a_banner_with_the_stacks_and_the_api_lists_it_for_the_team_only(
+        make_run, user, other_user, runs_dir) -> None:
+    run = make_run(user=user, status=RunStatus.RUNNING)
+    RunAttempt.objects.create(run=run, number=1, status=RunStatus.RUNNING)
+    ingest_events([event("stall", run.pk, 7, 3, stalled(str(run.run_dir)))], publish=False)
+    page = client_of(user).get(reverse("tracking:run_detail", args=[run.pk])).content.decode()
+    banner = page[page.index('class="card stall-banner"'):]
+    assert "stalled</span> in generate" in banner and "waiting on actor_infer rank 0 in generate" in banner
+    assert "sample_tokens (hf.py:88)" in banner and "wait_for_engine" in banner
+    assert str(runs_dir) not in page  # the driver's file paths are shown relative to the run
+    detail = client_of(user).get(reverse("api:run-detail", args=[run.pk])).json()
+    [stall] = detail["stalls"]
+    assert stall["open"] and stall["phase"] == "generate" and stall["waiting"][0]["ranks"] == [0]
+    assert client_of(other_user).get(reverse("api:run-detail", args=[run.pk])).status_code == 404
+
+
+def test_a_recovered_stall_or_a_finished_run_shows_no_banner_only_the_history(make_run, user, runs_dir) -> None:
+    run = make_run(user=user, status=RunStatus.RUNNING)
+    RunAttempt.objects.create(run=run, number=1, status=RunStatus.RUNNING)
+    ingest_events([event("stall", run.pk, 7, 3, stalled(str(run.run_dir))),
+                   event("stall", run.pk, 8, 3, {"state": "recovered", "phase": "generate", "elapsed_s": 20.0})],
+                  publish=False)
+    page = client_of(user).get(reverse("tracking:run_detail", args=[run.pk])).content.decode()
+    assert "stall-banner" not in page and "ended by itself after 20.0 s" in page
+    ingest_events([event("stall", run.pk, 9, 4, stalled(str(run.run_dir), "reward"))], publish=False)
+    run.status = RunStatus.FAILED
+    run.save(update_fields=["status"])
+    page = client_of(user).get(reverse("tracking:run_detail", args=[run.pk])).content.decode()
+    assert "stall-banner" not in page and "the attempt ended" in page
+
+
+def test_browsers_get_the_stall_without_its_stacks(make_run, runs_dir) -> None:
+    run = make_run()
+    live = live_event(event("stall", run.pk, 7, 3, stalled(str(run.run_dir))), run.run_dir)
+    assert live["data"] == {"state": "stalled", "phase": "generate"}  # the page fetches the rendered section

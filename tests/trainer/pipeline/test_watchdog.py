@@ -1,0 +1,181 @@
+"""The driver's watchdog (trainer.pipeline.watchdog): bounds learned from the run's own phases, a stall
+reported once with the ranks not answering and the stack of the stuck function, and on_stall acted on."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.pipeline.conftest import events, load_cfg, run_local
+from trainer.pipeline.watchdog import Bounds, Stall, Waiting, Watchdog, phase_bound, waiting_calls
+
+
+def test_the_bound_is_the_override_else_the_learned_median_else_the_first_bound() -> None:
+    bounds = Bounds(factor=10, floor_s=5, first_s=100, window=4, min_samples=3, phase_timeout_s={"eval": 7})
+    assert phase_bound([1.0, 2.0], bounds, "generate") == 100  # too few samples yet
+    assert phase_bound([1.0, 2.0, 3.0], bounds, "generate") == 20  # 10 × median 2
+    assert phase_bound([0.1, 0.2, 0.1], bounds, "generate") == 5  # the floor
+    assert phase_bound([50.0, 1.0, 1.0, 2.0, 2.0], bounds, "generate") == 15  # the last 4: median 1.5
+    assert phase_bound([1.0, 1.0, 1.0], bounds, "eval") == 7
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_overrun_is_reported_once_with_the_waiting_ranks_and_a_recovery_keeps_it_out_of_the_history() -> None:
+    clock, reports, recoveries = FakeClock(), [], []
+    waiting = [Waiting("actor_infer", "generate", (1,), (None,))]
+    dog = Watchdog(Bounds(factor=2, floor_s=1, first_s=50, min_samples=2), report=reports.append,
+                   recovered=lambda phase, s: recoveries.append((phase, s)), waiting=lambda: waiting, clock=clock)
+    for seconds in (3.0, 5.0):  # history of "generate": median 4 → bound 8
+        with dog.phase("generate"):
+            clock.now += seconds
+    with dog.phase("generate"):
+        clock.now += 7.9
+        assert dog.check() == []
+        clock.now += 0.2
+        [stall] = dog.check()
+        assert dog.check() == []  # once
+        clock.now += 10
+    assert reports == [stall] and isinstance(stall, Stall)
+    assert (stall.phase, stall.bound_s, stall.waiting) == ("generate", 8.0, tuple(waiting))
+    assert "actor_infer rank 1 in generate" in stall.summary() and "past its bound of 8.0 s" in stall.summary()
+    assert recoveries == [("generate", pytest.approx(18.1))]
+    assert list(dog.history["generate"]) == [3.0, 5.0]  # the stalled run does not teach the bound
+
+
+def test_the_worker_groups_say_which_ranks_have_not_answered(tmp_path: Path) -> None:
+    from trainer.cluster import LocalWorkerGroup
+
+    seen = []
+
+    class Slow:
+        def __init__(self, role: str, rank: int, world_size: int) -> None: ...
+
+        def work(self) -> None:
+            seen.extend(waiting_calls({"reward": group}))
+
+    group = LocalWorkerGroup(Slow, "reward")
+    group.call_all(Slow.work)
+    [call] = seen
+    assert (call.role, call.method, call.ranks) == ("reward", "work", (0,)) and call.pids[0] is not None
+    assert waiting_calls({"reward": group}) == []  # answered
+
+
+def sleeping_reward(seconds_on_third_call: float):
+    """A reward function that takes `seconds_on_third_call` on its third batch (step 3), else none."""
+    calls = []
+
+    def score(prompts, responses, samples):
+        calls.append(1)
+        if len(calls) == 3:
+            reward_that_hangs(seconds_on_third_call)
+        return [0.0] * len(responses)
+
+    return score
+
+
+def reward_that_hangs(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def stall_events(out: Path) -> list[dict]:
+    return [e["data"] for e in events(out) if e["type"] == "stall"]
+
+
+WATCH = ("watchdog.phase_timeout_s={reward: 1.0}", "watchdog.poll_s=0.1", "max_steps=4", "save_steps=2",
+         "eval_steps=0")
+
+
+@pytest.fixture
+def hanging_reward(monkeypatch):
+    def install(seconds: float) -> None:
+        import trainer.roles.reward as reward_role
+
+        monkeypatch.setattr(reward_role, "build_reward_fn", lambda cfg: sleeping_reward(seconds))
+    return install
+
+
+def test_a_reward_that_sleeps_past_its_bound_is_reported_with_its_stack_and_on_stall_fail_ends_the_attempt(
+        tmp_path: Path, hanging_reward) -> None:
+    hanging_reward(3600)
+    out = tmp_path / "run"
+    started = time.monotonic()
+    code = run_local(load_cfg(out, *WATCH, "watchdog.on_stall=fail"))
+    assert code == 3 and time.monotonic() - started < 60  # EXIT_STALLED, long before the hour
+    [stall] = stall_events(out)
+    assert stall["state"] == "stalled" and stall["phase"] == "reward" and stall["on_stall"] == "fail"
+    assert stall["waiting"] == [{"role": "reward", "method": "score", "ranks": [0]}]
+    assert "reward_that_hangs" in stall["stacks"]  # the stack names the stuck function
+    assert (out / stall["file"]).read_text().startswith("phase reward has run")
+    [failed] = [e["data"] for e in events(out, "status") if e["data"]["state"] == "failed"]
+    assert failed["message"].startswith("Stalled: phase reward has run") and "without a retry" in failed["message"]
+
+
+def test_on_stall_wait_reports_the_stall_and_its_end_and_the_run_goes_on(tmp_path: Path, hanging_reward) -> None:
+    hanging_reward(2.5)
+    out = tmp_path / "run"
+    assert run_local(load_cfg(out, *WATCH)) == 0
+    stalled, recovered = stall_events(out)
+    assert (stalled["state"], recovered["state"], recovered["phase"]) == ("stalled", "recovered", "reward")
+    assert recovered["elapsed_s"] >= 2.5
+    assert json.loads((out / "events.jsonl").read_text().splitlines()[-1])["data"]["state"] == "succeeded"
+
+
+def test_a_rollout_worker_stopped_with_sigstop_is_named_with_its_stack_and_the_restart_resumes_exactly(
+        tmp_path: Path, ray_cluster: None) -> None:
+    """Ray actors, as the platform runs them: actor_infer's process is stopped (SIGSTOP) after step 2. The
+    watchdog reports the stuck phase within 2× its bound, naming actor_infer rank 0 and its stack (read by
+    py-spy from the stopped process); on_stall restart_from_checkpoint ends the attempt for a retry, and
+    the retry (what the platform's supervisor starts: resume from the latest checkpoint) finishes the run
+    with no prompt lost or trained twice."""
+    import os
+    import re
+    import signal
+    import threading
+
+    from trainer.pipeline.ledger import LEDGER_FILE, account, read_ledger
+    from trainer.pipeline.runner import RunIdentity, run_training
+
+    out = tmp_path / "run"
+    bound = 4.0
+    watch = (f"watchdog.phase_timeout_s={{generate: {bound}, weight_sync: {bound}}}", "watchdog.poll_s=0.2",
+             "watchdog.on_stall=restart_from_checkpoint", "max_steps=4", "save_steps=2", "eval_steps=0")
+    lines: list[str] = []
+    stopped: list[int] = []
+
+    def stop_actor_infer_after_step_2() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not stopped:
+            pids = [int(m.group(1)) for line in lines if (m := re.search(r"actor_infer x1 \(pid (\d+)\)", line))]
+            progressed = (out / "events.jsonl").exists() and any(
+                e["type"] == "metrics" and e["step"] >= 2 for e in events(out))
+            if pids and progressed:
+                os.kill(pids[0], signal.SIGSTOP)
+                stopped.append(pids[0])
+            time.sleep(0.1)
+
+    stopper = threading.Thread(target=stop_actor_infer_after_step_2, daemon=True)
+    stopper.start()
+    code = run_training(load_cfg(out, *watch), RunIdentity("stalled"), backend="ray", log=lines.append)
+    stopper.join(timeout=5)
+    assert stopped and code == 1  # EXIT_FAILED: the platform retries it
+    [stall] = stall_events(out)
+    assert stall["phase"] in ("generate", "weight_sync") and stall["elapsed_s"] <= 2 * bound
+    assert {"role": "actor_infer", "ranks": [0]}.items() <= stall["waiting"][0].items()
+    assert f"actor_infer rank 0 in {stall['waiting'][0]['method']} (pid {stopped[0]})" in stall["stacks"]
+    assert "Thread" in stall["stacks"].split(f"(pid {stopped[0]})", 1)[1]  # py-spy read the stopped process
+
+    assert run_training(load_cfg(out, *watch, "resume_from_checkpoint=latest"), RunIdentity("stalled"),
+                        backend="ray", log=lines.append) == 0
+    verdict = account(*read_ledger(out / LEDGER_FILE))
+    assert verdict.ok and verdict.finished and verdict.attempts == 2, verdict
+    assert (verdict.lost_prompts, verdict.duplicated_prompts) == (0, 0)

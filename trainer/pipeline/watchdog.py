@@ -1,0 +1,346 @@
+"""The driver's watchdog: a phase that overruns its bound is reported, with the stacks that show where.
+
+Every phase of a step (generate, reward, old/ref log-probs, values, updates, weight sync, eval,
+checkpoint) runs inside `watchdog.phase(name)`. A daemon thread looks every `poll_s` seconds at the
+phases running now and compares each with its bound, learned from the run's own history:
+
+    bound(phase) = phase_timeout_s[phase]                               when the config sets one
+                 = max(floor_s, factor × median(last `window` durations))  once the phase ran min_samples times
+                 = first_s                                              before that (start-up compiles, loads, warms)
+
+An overrun is reported once (`Stall`: the phase, how long it has run, its bound, the worker ranks that
+have not answered, and the Python stacks of the driver and of those ranks), then acted on as
+`on_stall` says: `wait` keeps waiting; `fail` and `restart_from_checkpoint` end the attempt (the main
+thread is interrupted; if it does not stop within `grace_s`, the process exits). A stalled phase that
+ends after all is reported as recovered, and its duration does not enter the history.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainer.config.schema import WatchdogConfig
+
+STALLS_DIR = "stalls"  # in the run directory: one text file per stall, its summary and stacks
+STACK_BYTES = 64_000  # per process: a stack dump of a few hundred threads still fits
+
+
+class Stalled(BaseException):
+    """The attempt ends because a phase stalled (on_stall: fail or restart_from_checkpoint); `retry`
+    tells the supervisor whether a new attempt should resume from the last checkpoint. A BaseException,
+    like KeyboardInterrupt: raised inside whatever the main thread was running, it must pass through
+    the `except Exception` of the code it interrupts."""
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+def stalled_in(exc: BaseException) -> Stalled | None:
+    """The Stalled that ended the attempt, where `exc` is it or was caused by it: raised from a signal
+    handler while the main thread was inside a C extension's call (Ray's wait), it comes out wrapped in
+    a SystemError ("returned a result with an exception set") whose cause it is."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, Stalled):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The config's watchdog section, as numbers (trainer.config.schema.WatchdogConfig)."""
+
+    factor: float = 10.0
+    floor_s: float = 60.0
+    first_s: float = 1800.0
+    window: int = 20
+    min_samples: int = 3
+    phase_timeout_s: Mapping[str, float] = field(default_factory=dict)
+
+
+def phase_bound(history: Sequence[float], bounds: Bounds, phase: str) -> float:
+    """Seconds `phase` may run before it counts as stalled (the formula in the module docstring)."""
+    if phase in bounds.phase_timeout_s:
+        return float(bounds.phase_timeout_s[phase])
+    recent = list(history)[-bounds.window:]
+    if len(recent) < bounds.min_samples:
+        return bounds.first_s
+    return max(bounds.floor_s, bounds.factor * statistics.median(recent))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A worker-group call some ranks have not answered: what the watchdog names and dumps."""
+
+    role: str
+    method: str
+    ranks: tuple[int, ...]
+    pids: tuple[int | None, ...]  # the ranks' process ids (None where unknown)
+
+
+@dataclass(frozen=True)
+class Stall:
+    phase: str
+    elapsed_s: float
+    bound_s: float
+    thread: str
+    waiting: tuple[Waiting, ...]
+    stacks: str
+
+    def summary(self) -> str:
+        where = "; ".join(f"{w.role} rank{'s' if len(w.ranks) > 1 else ''} {', '.join(map(str, w.ranks))} "
+                          f"in {w.method}" for w in self.waiting)
+        return (f"phase {self.phase} has run {seconds(self.elapsed_s)}, past its bound of {seconds(self.bound_s)}"
+                + (f"; waiting on {where}" if where else f"; in the driver's {self.thread} thread"))
+
+
+def seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
+
+
+@dataclass
+class _Running:
+    phase: str
+    thread: str
+    started: float
+    stall: Stall | None = None
+
+
+class Watchdog:
+    """Phases in, stalls out. `waiting()` lists the worker calls not answered yet (the worker groups
+    know), `report(stall)` and `recovered(phase, seconds)` tell the run; `act(stall)` is called after
+    `report` when on_stall is not `wait`."""
+
+    def __init__(self, bounds: Bounds, *, report: Callable[[Stall], None],
+                 recovered: Callable[[str, float], None], waiting: Callable[[], list[Waiting]],
+                 act: Callable[[Stall], None] | None = None, poll_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bounds, self.poll_s, self.clock = bounds, poll_s, clock
+        self.report, self.recovered, self.waiting, self.act = report, recovered, waiting, act
+        self.history: dict[str, deque[float]] = {}
+        self.running: dict[int, _Running] = {}  # by id of the phase's scope
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        entry = _Running(name, threading.current_thread().name, self.clock())
+        key = id(entry)
+        with self.lock:
+            self.running[key] = entry
+        ended_by_watchdog = False
+        try:
+            yield
+        except BaseException as exc:
+            ended_by_watchdog = stalled_in(exc) is not None
+            raise
+        finally:
+            elapsed = self.clock() - entry.started
+            with self.lock:
+                del self.running[key]
+                if entry.stall is None:
+                    self.history.setdefault(name, deque(maxlen=self.bounds.window)).append(elapsed)
+            if entry.stall is not None and not ended_by_watchdog:
+                self.recovered(name, elapsed)
+
+    def check(self) -> list[Stall]:
+        """Report every running phase past its bound, once; returns the new stalls."""
+        now = self.clock()
+        with self.lock:
+            overdue = [(entry, now - entry.started, bound) for entry in self.running.values()
+                       if entry.stall is None
+                       and now - entry.started > (bound := phase_bound(self.history.get(entry.phase, ()),
+                                                                        self.bounds, entry.phase))]
+        stalls = []
+        for entry, elapsed, bound in overdue:
+            waiting = tuple(self.waiting())
+            entry.stall = Stall(entry.phase, elapsed, bound, entry.thread, waiting, capture_stacks(waiting))
+            stalls.append(entry.stall)
+            self.report(entry.stall)
+            if self.act is not None:
+                self.act(entry.stall)
+        return stalls
+
+    def still_stalled(self, stall: Stall) -> bool:
+        with self.lock:
+            return any(entry.stall is stall for entry in self.running.values())
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(timeout=self.poll_s + 5)
+
+    def _loop(self) -> None:
+        while not self.stop_event.wait(self.poll_s):
+            try:
+                self.check()
+            except Exception:  # a report that failed (a full disk, a closed sink): say so, keep watching
+                print(f"watchdog: {traceback.format_exc()}", file=sys.stderr, flush=True)
+
+
+def capture_stacks(waiting: Sequence[Waiting]) -> str:
+    """The driver's threads, then each waiting rank's process (py-spy, read without stopping it: it
+    works on a process that is itself stopped). A rank on another node, or without py-spy here, is
+    named with the reason its stack is missing."""
+    parts = [f"== driver (pid {os.getpid()})\n{driver_stacks()}"]
+    for call in waiting:
+        for rank, pid in zip(call.ranks, call.pids, strict=True):
+            title = f"== {call.role} rank {rank} in {call.method}"
+            if pid is None:
+                parts.append(f"{title}\n(no process id known for this rank)")
+            elif pid == os.getpid():
+                parts.append(f"{title}: in the driver process, see above")
+            else:
+                parts.append(f"{title} (pid {pid})\n{process_stacks(pid)}")
+    return "\n\n".join(parts)
+
+
+def driver_stacks() -> str:
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    blocks = []
+    for ident, frame in sys._current_frames().items():
+        if names.get(ident) == "watchdog":
+            continue
+        blocks.append(f"-- thread {names.get(ident, ident)}\n{''.join(traceback.format_stack(frame))}")
+    return "\n".join(blocks)[-STACK_BYTES:]
+
+
+def py_spy() -> str | None:
+    """The py-spy beside this interpreter (the virtualenv's), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def process_stacks(pid: int, timeout_s: float = 20.0) -> str:
+    tool = py_spy()
+    if tool is None:
+        return "(py-spy is not installed: no stack for another process)"
+    if not os.path.exists(f"/proc/{pid}"):
+        return f"(process {pid} is not on this node: its stack is read on the node that runs it)"
+    try:
+        done = subprocess.run([tool, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True,
+                              text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"(py-spy did not answer within {timeout_s:g} s)"
+    text = done.stdout if done.returncode == 0 else f"(py-spy failed: {done.stderr.strip()[-500:]})"
+    return text[-STACK_BYTES:]
+
+
+class MainThreadInterrupt:
+    """Raise an exception in the main thread from another one: a signal wakes the main thread from a
+    sleep or a bounded wait, and its handler raises what `raise_in_main` left. Built in the main thread
+    (only it may install a signal handler); `close()` puts the previous handler back."""
+
+    def __init__(self) -> None:
+        self.pending: BaseException | None = None
+        self.previous = signal.signal(signal.SIGUSR2, self._handler)
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        exc, self.pending = self.pending, None
+        if exc is not None:
+            raise exc
+
+    def raise_in_main(self, exc: BaseException) -> None:
+        self.pending = exc
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR2)
+
+    def close(self) -> None:
+        signal.signal(signal.SIGUSR2, self.previous)
+
+
+def end_attempt(watchdog: Watchdog, interrupt: MainThreadInterrupt, stall: Stall, *, retry: bool, grace_s: float,
+                exit_code: int, before_exit: Callable[[], None]) -> None:
+    """on_stall fail / restart_from_checkpoint: `Stalled` in the main thread; if the stalled phase is
+    still running `grace_s` later (a call that never returns to Python) and the watchdog was not
+    stopped, `before_exit()` and leave the process with `exit_code`."""
+    then = ("the run resumes from its latest checkpoint in a new attempt" if retry
+            else "the attempt fails without a retry")
+    message = f"{stall.summary()} (on_stall: {'restart_from_checkpoint' if retry else 'fail'}: {then})"
+    interrupt.raise_in_main(Stalled(message, retry=retry))
+
+    def last_resort() -> None:
+        if watchdog.stop_event.wait(grace_s) or not watchdog.still_stalled(stall):
+            return
+        print(f"training failed: Stalled: {message} (the main thread did not stop within {grace_s:g} s)",
+              file=sys.stderr, flush=True)
+        before_exit()
+        os._exit(exit_code)
+
+    threading.Thread(target=last_resort, name="watchdog-exit", daemon=True).start()
+
+
+def waiting_calls(groups: Mapping[str, Any]) -> list[Waiting]:
+    """The worker-group calls in flight now, with the ranks that have not answered and their pids."""
+    calls = []
+    for role, group in list(groups.items()):
+        in_flight = getattr(group, "in_flight", None)
+        if in_flight is None:
+            continue
+        method, ranks = in_flight
+        pids = tuple(group.pids[r] if r < len(group.pids) else None for r in ranks)
+        calls.append(Waiting(role, method, ranks, pids))
+    return calls
+
+
+def bounds_of(config: WatchdogConfig) -> Bounds:
+    return Bounds(factor=config.factor, floor_s=config.floor_s, first_s=config.first_s, window=config.window,
+                  min_samples=config.min_samples, phase_timeout_s=dict(config.phase_timeout_s))
+
+
+def start_watchdog(config: WatchdogConfig, emitter: Any, groups: Mapping[str, Any], run_dir: Path, *,
+                   log: Callable[[str], None], exit_codes: Mapping[bool, int]) -> tuple[Watchdog, MainThreadInterrupt]:
+    """The run's watchdog, started: a stall becomes a `stall` event (summary, ranks, stacks) and a file
+    under <run_dir>/stalls/, and ends the attempt when on_stall says so (`exit_codes[retry]` is the
+    process's exit code when the main thread cannot be stopped). Call from the main thread."""
+    interrupt = MainThreadInterrupt()
+    counter = iter(range(1, 1_000_000))
+
+    def report(stall: Stall) -> None:
+        path = run_dir / STALLS_DIR / f"attempt-{emitter.attempt}-stall-{next(counter)}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{stall.summary()}\n\n{stall.stacks}\n", encoding="utf-8")
+        emitter.stall({
+            "state": "stalled", "phase": stall.phase, "elapsed_s": round(stall.elapsed_s, 3),
+            "bound_s": round(stall.bound_s, 3), "summary": stall.summary(), "on_stall": config.on_stall,
+            "waiting": [{"role": w.role, "method": w.method, "ranks": list(w.ranks)} for w in stall.waiting],
+            "stacks": stall.stacks, "file": str(path.relative_to(run_dir)),
+        })
+        log(f"watchdog: {stall.summary()} (stacks: {path})")
+
+    def recovered(phase: str, elapsed: float) -> None:
+        emitter.stall({"state": "recovered", "phase": phase, "elapsed_s": round(elapsed, 3)})
+        log(f"watchdog: phase {phase} ended after {seconds(elapsed)}")
+
+    def act(stall: Stall) -> None:
+        retry = config.on_stall == "restart_from_checkpoint"
+        end_attempt(watchdog, interrupt, stall, retry=retry, grace_s=config.grace_s, exit_code=exit_codes[retry],
+                    before_exit=emitter.close)
+
+    watchdog = Watchdog(bounds_of(config), report=report, recovered=recovered,
+                        waiting=lambda: waiting_calls(groups), act=None if config.on_stall == "wait" else act,
+                        poll_s=config.poll_s)
+    watchdog.start()
+    return watchdog, interrupt

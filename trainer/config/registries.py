@@ -10,6 +10,11 @@ from __future__ import annotations
 # Reward functions built into the trainer (trainer.rewards.registry.REWARDS has the same keys).
 REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model")
 
+# Prompt templates (trainer.data.datasets.render_prompt): the tokenizer's own chat template under
+# ROLL's names for it, or the raw prompt text.
+CHAT_TEMPLATES: tuple[str, ...] = ("native", "chatml", "qwen2", "qwen2_5", "qwen3")
+RAW_TEMPLATES: tuple[str, ...] = ("none", "raw")
+
 # Code-generated verifiable tasks (trainer.data.synthetic.TASKS has the same keys).
 SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainer.config.device_mapping import check_device_ids, parse_device_mapping
-from trainer.config.registries import REWARD_TYPES, SYNTHETIC_TASKS
+from trainer.config.registries import CHAT_TEMPLATES, RAW_TEMPLATES, REWARD_TYPES, SYNTHETIC_TASKS
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -287,12 +287,26 @@ class SyntheticData(Section):
     )
 
 
+def template_error(name: str) -> str:
+    """Why `name` is not a prompt template here, with the valid names."""
+    hint = (" (vision-language templates are not built: the pipelines feed text prompts)"
+            if "vl" in name.lower() else "")
+    return f"unknown template {name!r}{hint}; valid: {', '.join(CHAT_TEMPLATES + RAW_TEMPLATES)}"
+
+
+def known_template(name: str | None) -> str | None:
+    if name is not None and name not in CHAT_TEMPLATES + RAW_TEMPLATES:
+        raise ValueError(template_error(name))
+    return name
+
+
 class DataArgs(Section):
     template: str = fld(
         "native", category="Data",
-        description="Chat template used to build prompts; native uses the tokenizer's own chat template, "
-        "none feeds the raw prompt text.",
+        description="Chat template used to build prompts; native (or ROLL's chatml, qwen2, qwen2_5, qwen3) uses "
+        "the tokenizer's own chat template, none (or raw) feeds the raw prompt text.",
     )
+
     file_name: str | list[str] | None = fld(
         None, category="Data", path="read", common=True,
         description="Prompt file(s): JSON, JSONL, CSV or Parquet. Exclusive with synthetic.",
@@ -361,6 +375,11 @@ class DataArgs(Section):
         None, category="Data", ge=1, inactive=import_only("prompts are tokenized once, in the driver"),
         description="ROLL: DataLoader batch size of the rollout scheduler.",
     )
+
+    @field_validator("template")
+    @classmethod
+    def _known_template(cls, value: str) -> str:
+        return known_template(value)
 
 
 class GeneratingArgs(Section):
@@ -1628,6 +1647,11 @@ class PipelineConfig(Section):
         None, category="Generation", inactive=import_only("requests go to the engines without a router"),
         description="ROLL's request router of actor_infer.",
     )
+
+    @field_validator("global_template")
+    @classmethod
+    def _known_global_template(cls, value: str | None) -> str | None:
+        return known_template(value)
 
     def clip_range(self) -> tuple[float, float]:
         """(low, high) of the PPO ratio clip: pg_clip_low / pg_clip_high, each else pg_clip."""

@@ -29,14 +29,13 @@ from pathlib import Path
 from typing import Any, get_args
 
 from trainer.config.importers.rules import lookup
-from trainer.config.schema import DataArgs
+from trainer.config.registries import CHAT_TEMPLATES, RAW_TEMPLATES
+from trainer.config.schema import DataArgs, template_error
 from trainer.data.synthetic import get_task
 
 logger = logging.getLogger(__name__)
 
 FILE_FORMATS = (".json", ".jsonl", ".csv", ".parquet")
-NATIVE_TEMPLATES = ("native", "chatml", "qwen2", "qwen2_5", "qwen3")
-RAW_TEMPLATES = ("none", "raw")
 TRUNCATION_SIDES: tuple[str, ...] = get_args(DataArgs.model_fields["truncation_side"].annotation)
 
 
@@ -104,11 +103,11 @@ def render_prompt(row: Mapping[str, Any], tokenizer: Any, *, template: str = "na
         if row.get(key) is None:
             raise ValueError(f"data_args.prompt: column {key!r} is missing; columns: {', '.join(map(str, row))}")
         messages = [{"role": "user", "content": str(row[key])}]
-    if template in NATIVE_TEMPLATES:
+    if template in CHAT_TEMPLATES:
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     if template in RAW_TEMPLATES:
         return "\n".join(str(m["content"]) for m in messages)
-    raise ValueError(f"data_args.template: unknown {template!r}; valid: {', '.join(NATIVE_TEMPLATES + RAW_TEMPLATES)}")
+    raise ValueError(f"data_args.template: {template_error(template)}")
 
 
 def fit_prompt_length(input_ids: list[int], prompt_length: int | None, side: str) -> list[int] | None:

@@ -35,6 +35,7 @@ from torch.distributed.fsdp import (
 )
 
 from trainer.checkpoint.core import load_rank_rng, save_rank_rng
+from trainer.config.schema import Fsdp2Config
 from trainer.train.base import (
     DataParallel,
     OptimConfig,
@@ -44,12 +45,10 @@ from trainer.train.base import (
 )
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-STRATEGY_CONFIG_KEYS = (
-    "param_dtype", "reduce_dtype", "reshard_after_forward", "cpu_offload", "offload_pin_memory", "fsdp_size",
-)
-# Fsdp2Config keys this strategy does not read: planned or import-only (validation says so when one is set), or
-# acted on by the schema (offload_policy turns cpu_offload on). A native YAML written by `trainer import` sets them.
-SCHEMA_ONLY_KEYS = ("ulysses_sequence_parallel_size", "offload_policy", "wrap_policy", "use_batched_model_update")
+# strategy_config takes the keys of the schema's Fsdp2Config: a native YAML written by `trainer import` sets
+# them all, and those this strategy does not read are planned or import-only (validation says so when one is
+# set) or acted on by the schema itself (offload_policy turns cpu_offload on)
+STRATEGY_CONFIG_KEYS = tuple(Fsdp2Config.model_fields)
 
 
 class FSDP2Strategy(TrainStrategyBase):
@@ -159,7 +158,7 @@ def parse_strategy_config(config: Mapping[str, Any]) -> dict[str, Any]:
     parameters, gradients and optimizer state in CPU memory; fsdp_size (-1: all ranks) shards one
     model copy over that many ranks and replicates it across the rest (HSDP).
     """
-    unknown = sorted(set(config) - set(STRATEGY_CONFIG_KEYS) - set(SCHEMA_ONLY_KEYS))
+    unknown = sorted(set(config) - set(STRATEGY_CONFIG_KEYS))
     if unknown:
         raise ValueError(
             f"strategy_config: unknown key(s) {unknown} for fsdp2_train; valid: {', '.join(STRATEGY_CONFIG_KEYS)}"

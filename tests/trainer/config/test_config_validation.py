@@ -367,3 +367,16 @@ def test_ulysses_sequence_parallelism_is_refused_until_built() -> None:
     assert [(i.path, i.kind) for i in result.errors] == [(path, "not_built")]
     assert "valid: 1" in result.errors[0].message
     assert not [w for w in result.warnings if w.path == path]  # one message per field
+
+
+@pytest.mark.parametrize("where", ["actor_train.data_args.template", "global_template"])
+def test_a_template_the_prompt_builder_does_not_know_is_refused_before_launch(where: str) -> None:
+    """A ROLL vision-language file (`template: qwen2-vl`) validated and then failed when the prompts were
+    rendered; an unknown template is now the config's error, naming the valid ones."""
+    from trainer.config.schema import PipelineConfig
+
+    raw: dict = {"global_template": "qwen2-vl"} if where == "global_template" else {
+        "actor_train": {"data_args": {"template": "qwen2-vl"}}}
+    with pytest.raises(ValueError, match=r"unknown template 'qwen2-vl' \(vision-language templates are not built"):
+        PipelineConfig.model_validate(raw)
+    assert PipelineConfig.model_validate({"global_template": "qwen2_5"}).global_template == "qwen2_5"

@@ -139,7 +139,7 @@ def test_bad_inputs_name_the_field(tmp_path: Path, tiny_tokenizer: Any) -> None:
     (tmp_path / "a.jsonl").write_text(json.dumps({"q": "hi"}) + "\n")
     with pytest.raises(ValueError, match=r"data_args.prompt: column 'question' is missing; columns: q"):
         load_prompt_dataset({"file_name": str(tmp_path / "a.jsonl"), "prompt": "question"}, tiny_tokenizer)
-    with pytest.raises(ValueError, match=r"data_args.template: unknown 'alpaca'"):
+    with pytest.raises(ValueError, match=r"data_args.template: unknown template 'alpaca'; valid: native, "):
         load_prompt_dataset({"file_name": str(tmp_path / "a.jsonl"), "prompt": "q", "template": "alpaca"},
                             tiny_tokenizer)
     with pytest.raises(ValueError, match=r"task: unknown synthetic task 'sort'; valid: add, copy, reverse"):

@@ -56,6 +56,7 @@ from policylab.jobs.transitions import (
     submission_id,
     trainer_entrypoint,
 )
+from policylab.redaction import shown_text
 from policylab.tracking.services import save_driver_lines
 from trainer.config import ConfigError, load_raw, validate_config
 from trainer.config.confinement import (
@@ -234,7 +235,7 @@ def finish(run: Run, attempt: RunAttempt | None, step: Step) -> Step:
         step = cancel_wins(run.pk, step)
         if attempt is not None:
             RunAttempt.objects.filter(pk=attempt.pk).update(
-                status=step.attempt_status, finished_at=timezone.now(), message=step.message
+                status=step.attempt_status, finished_at=timezone.now(), message=shown_text(step.message, run.run_dir)
             )
         _set_run(run.pk, step.run_status, step.message)
     return step
@@ -250,7 +251,7 @@ def retry(run: Run, attempt: RunAttempt, step: Step) -> RunAttempt | None:
             finish(run, attempt, step)
             return None
         RunAttempt.objects.filter(pk=attempt.pk).update(
-            status=step.attempt_status, finished_at=timezone.now(), message=step.message
+            status=step.attempt_status, finished_at=timezone.now(), message=shown_text(step.message, run.run_dir)
         )
         nxt = open_attempt(run, attempt.number + 1, launch.retry + 1, launch.launch_resume_from)
         _set_run(run.pk, SUBMITTING, f"attempt {attempt.number} failed: {step.message}")

@@ -121,3 +121,21 @@ def test_leftovers_of_an_earlier_database_are_set_aside_before_the_first_job(exp
     assert (aside / "events.jsonl").read_text() == '{"seq": 900}\n'
     assert redis_db.exists(stream_key(run.trainer_run_id)) == 0
     redis_db.xadd(stream_key(run.trainer_run_id), {"event": "{}"}, id="1-1")  # the new run's first event
+
+
+def test_an_attempts_message_shows_server_paths_relative_to_the_run_as_the_runs_does(experiment, settings,
+                                                                                      tmp_path) -> None:
+    """The verdict's message goes on the run (written through run_state, which hides server paths) and on
+    the attempt; the attempt's kept the runs directory's absolute paths (issue 34's leftover)."""
+    from policylab.jobs.supervisor import finish, open_attempt
+    from policylab.jobs.transitions import Step
+
+    settings.POLICYLAB_RUNS_DIR = tmp_path / "runs"
+    run = Run.objects.create(experiment=experiment, status="running")
+    attempt = open_attempt(run, 1, retry=0, launch_resume_from="")
+    message = f"FileNotFoundError: {run.run_dir}/checkpoints/step_4/model.pt"
+    finish(run, attempt, Step("finish", "failed", "failed", message))
+    attempt.refresh_from_db()
+    run.refresh_from_db()
+    assert attempt.message == "FileNotFoundError: <run_dir>/checkpoints/step_4/model.pt" == run.message
+    assert str(tmp_path) not in attempt.message

@@ -1,6 +1,6 @@
 """`python -m trainer COMMAND …` (installed: `policylab-trainer COMMAND …`): the trainer's one command-line entry.
 
-    validate CONFIG [overrides…] [--show] [--preflight]   check a config (and this machine)
+    validate CONFIG [overrides…] [--show] [--preflight [--workers ray|local]]   check a config (and this machine)
     schema [--markdown]                                   the config JSON Schema / Markdown reference
     import CONFIG [-o native.yaml] | --mapping-table F    verl / SkyRL / RLinf -> native YAML
     run CONFIG [overrides…] [--workers ray|local] …       train
@@ -55,6 +55,7 @@ def run_validate(
     out: TextIO | None = None,
     err: TextIO | None = None,
     preflight: bool = False,
+    workers: str = "ray",
 ) -> int:
     from trainer.config import config_to_yaml, validate_config
     from trainer.config.loading import config_environment
@@ -76,7 +77,7 @@ def run_validate(
     if preflight:
         from trainer.config.preflight import preflight as check_machine
 
-        missing = check_machine(result.config)
+        missing = check_machine(result.config, backend=workers)
         if missing:
             print(f"{config}: valid, but cannot run on this machine (preflight, {len(missing)} finding(s)):", file=err)
             for issue in missing:
@@ -299,10 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--preflight", action="store_true",
         help="also check this machine: packages, GPUs, model and data paths (what `run` checks first)",
     )
+    validate.add_argument("--workers", choices=["ray", "local"], default="ray",
+                          help="with --preflight: the backend `run --workers` will use (local needs no Ray)")
     validate.add_argument("--from", dest="source_format", default="auto", choices=SOURCE_FORMATS,
                           help="format of the file (default: detect)")
     validate.set_defaults(handler=lambda a: run_validate(
-        a.config, a.overrides, source_format=a.source_format, show=a.show, preflight=a.preflight))
+        a.config, a.overrides, source_format=a.source_format, show=a.show, preflight=a.preflight,
+        workers=a.workers))
 
     schema = sub.add_parser("schema", help="print the config JSON Schema")
     schema.add_argument("--markdown", action="store_true", help="print the Markdown field reference instead")

@@ -54,6 +54,16 @@ def test_validate_without_ray(no_ray_env: dict[str, str]) -> None:
     assert "OK" in result.stdout
 
 
+def test_preflight_checks_the_backend_the_run_will_use(no_ray_env: dict[str, str]) -> None:
+    """`validate --preflight` checked the Ray backend only: it refused every config where Ray is absent,
+    though `run --workers local` runs them. `--workers local` asks preflight about that backend."""
+    refused = python(["-m", "trainer", "validate", str(DEMO_GRPO), "--preflight"], no_ray_env)
+    assert refused.returncode == 2 and "ray is not installed here" in refused.stderr
+    local = python(["-m", "trainer", "validate", str(DEMO_GRPO), "--preflight", "--workers", "local"], no_ray_env)
+    assert local.returncode == 0, local.stderr
+    assert "OK" in local.stdout
+
+
 def test_local_run_without_ray(no_ray_env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "run"
     result = python(["-m", "trainer", "run", str(DEMO_GRPO), *FAST, f"output_dir={out}",

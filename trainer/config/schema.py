@@ -794,6 +794,34 @@ StrategyArgs = Annotated[
 # workers
 
 
+class SequencePackingArgs(Section):
+    """ROLL's SequencePackingConfig: how use_sequence_packing forms its micro-batches."""
+
+    algorithm: Literal["none", "load_balance"] = fld(
+        "none", category="Batch sizes",
+        description="none: each micro-batch (per_device_train_batch_size / infer_batch_size rows, or a dynamic "
+        "batch) is packed into one sequence; load_balance: the mini-batch's sequences are spread over the fewest "
+        "micro-batches (at least min_num_micro_batches_*) whose packed lengths stay within "
+        "max_packed_sequence_length_*, balanced by tokens.",
+    )
+    max_packed_sequence_length_train: int | None = fld(
+        None, category="Batch sizes", ge=1,
+        description="load_balance: the longest packed sequence of a training micro-batch (unset: no cap).",
+    )
+    max_packed_sequence_length_forward: int | None = fld(
+        None, category="Batch sizes", ge=1,
+        description="load_balance: the longest packed sequence of a forward-only micro-batch (unset: no cap).",
+    )
+    min_num_micro_batches_train: int = fld(
+        1, category="Batch sizes", ge=1,
+        description="load_balance: at least this many micro-batches per mini-batch in training.",
+    )
+    min_num_micro_batches_forward: int = fld(
+        1, category="Batch sizes", ge=1,
+        description="load_balance: at least this many micro-batches per forward-only pass.",
+    )
+
+
 class WorkerConfig(Section):
     name: str | None = fld(None, category="Cluster", inactive=import_only("roles are named by their key"), description="Display name of the role (defaults to its key).")
     worker_cls: str | None = fld(
@@ -836,11 +864,13 @@ class WorkerConfig(Section):
         1, category="Cluster", inactive=import_only("new weights are pushed after every update"), ge=1, description="Push new weights to this role every this many training steps."
     )
     use_dynamic_bsz: bool = fld(
-        False, category="Batch sizes", inactive=planned("token-budget micro-batching"),
-        description="Pack micro-batches by token count (max_token_len_per_gpu) instead of a fixed sample count.",
+        False, category="Batch sizes",
+        description="verl's dynamic batch size: micro-batches (training and forward passes) are cut by a budget of "
+        "real tokens (max_token_len_per_gpu) instead of a fixed sample count.",
     )
     max_token_len_per_gpu: int | None = fld(
-        None, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1, description="Token budget of one packed micro-batch when use_dynamic_bsz."
+        None, category="Batch sizes", ge=1,
+        description="Real (prompt + response) tokens of one micro-batch when use_dynamic_bsz.",
     )
     backend_timeout: float = fld(
         30, category="Cluster", gt=0,
@@ -869,27 +899,28 @@ class WorkerConfig(Section):
         description="Concurrent calls one Ray actor of this role accepts.",
     )
     use_dynamic_batching_in_train: bool = fld(
-        False, category="Batch sizes", inactive=planned("token-budget micro-batching"),
-        description="Group training sequences of similar length into micro-batches of a token budget.",
+        False, category="Batch sizes",
+        description="ROLL's dynamic batching: training sequences sorted by length and cut into micro-batches of "
+        "at most max_tokens_per_microbatch_in_train tokens (rows × padded length), padding columns dropped.",
     )
     max_tokens_per_microbatch_in_train: int = fld(
-        0, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=0,
-        description="Token budget of one training micro-batch with dynamic batching.",
+        0, category="Batch sizes", ge=0,
+        description="Token budget (rows × padded length) of one training micro-batch with dynamic batching.",
     )
     sequence_length_round_in_train: int = fld(
-        4, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1,
+        4, category="Batch sizes", ge=1,
         description="Padded lengths are rounded up to a multiple of this with dynamic batching.",
     )
     use_dynamic_batching_in_infer: bool = fld(
-        False, category="Batch sizes", inactive=planned("token-budget micro-batching"),
-        description="Group forward-only sequences of similar length into micro-batches of a token budget.",
+        False, category="Batch sizes",
+        description="Dynamic batching of the forward-only passes (log-probs, reference log-probs, values).",
     )
     max_tokens_per_microbatch_in_infer: int | None = fld(
-        None, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1,
-        description="Token budget of one forward-only micro-batch with dynamic batching.",
+        None, category="Batch sizes", ge=1,
+        description="Token budget (rows × padded length) of one forward-only micro-batch with dynamic batching.",
     )
     sequence_length_round_in_infer: int = fld(
-        4, category="Batch sizes", inactive=planned("token-budget micro-batching"), ge=1,
+        4, category="Batch sizes", ge=1,
         description="Padded lengths are rounded up to a multiple of this (forward-only dynamic batching).",
     )
     offload_nccl: bool = fld(
@@ -897,17 +928,20 @@ class WorkerConfig(Section):
         description="Free NCCL communication buffers while the role is idle.",
     )
     use_sequence_packing: bool = fld(
-        False, category="Batch sizes", inactive=planned("sequence packing"),
-        description="Concatenate sequences into packed rows without padding (ROLL: Megatron only).",
+        False, category="Batch sizes",
+        description="Concatenate each micro-batch's sequences into one packed sequence without padding (position "
+        "ids restart per sample, attention stays within each sample), in training and forward passes; "
+        "torch_train, fsdp2 and deepspeed strategies (not megatron).",
     )
     use_remove_padding: bool = fld(
         False, category="Batch sizes", inactive=import_only("padding-free (remove-padding) batches are not built; "
                                                             "batches are padded"),
         description="ROLL: drop padding tokens inside the model (padding-free attention).",
     )
-    sequence_packing_args: dict[str, Any] = fld_factory(
-        dict, category="Batch sizes", inactive=planned("sequence packing"),
-        description="Packing settings: algorithm (none or load_balance), packed lengths, micro-batch counts.",
+    sequence_packing_args: SequencePackingArgs = fld_factory(
+        SequencePackingArgs, category="Batch sizes",
+        description="Packing settings (with use_sequence_packing): algorithm (none or load_balance), packed lengths, "
+        "micro-batch counts.",
     )
     logits_in_fp32: bool = fld(
         True, category="Model", inactive=import_only("log-probs are computed from float32 logits"),

@@ -289,6 +289,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_checkpointing,
         _check_async_rollout,
         _check_dynamic_sampling,
+        _check_micro_batching,
         _check_lora,
         _check_suspicious,
         _check_inactive_fields,
@@ -664,9 +665,62 @@ def _check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
         issues.append(_warning("target_kl", "unused: the KL controller only sets the KL penalty in the reward, "
                                "and add_token_level_kl is off"))
     issues += _policy_loss_issues(config)
+    return issues
+
+
+# the roles whose micro-batches the knobs cut: training (actor_train, critic) and forward-only passes
+MICRO_BATCH_PHASES = {"actor_train": ("train", "infer"), "critic": ("train", "infer"), "reference": ("infer",)}
+PACKING_ARGS = ("algorithm", "max_packed_sequence_length_train", "max_packed_sequence_length_forward",
+                "min_num_micro_batches_train", "min_num_micro_batches_forward")
+
+
+def _check_micro_batching(config: PipelineConfig) -> list[ConfigIssue]:
+    """Token-budget micro-batches (ROLL use_dynamic_batching_in_train/infer, verl use_dynamic_bsz) and sequence
+    packing (use_sequence_packing) act on actor_train and critic (training and forward passes) and the
+    reference (forward passes), on every strategy but Megatron's; each budget must be set with its switch, and
+    one role takes one of the two budget spellings (trainer.models.micro_batches)."""
+    issues = []
     for role, worker in roles(config).items():
+        phases = MICRO_BATCH_PHASES.get(role, ())
+        switches = {"use_dynamic_batching_in_train": "train", "use_dynamic_batching_in_infer": "infer",
+                    "use_dynamic_bsz": "", "use_sequence_packing": ""}
+        acting = {name: bool(phases) and (not phase or phase in phases) for name, phase in switches.items()}
+        for name, phase in switches.items():
+            if getattr(worker, name) and not acting[name]:
+                acts = ", ".join(r for r, p in MICRO_BATCH_PHASES.items() if not phase or phase in p)
+                issues.append(_warning(f"{role}.{name}", f"no effect on {role}: it cuts the micro-batches of {acts}"))
+        if not phases:
+            continue
+        name = strategy_name(role, worker)
+        if name.startswith("megatron"):
+            issues += [_warning(f"{role}.{knob}", f"not built on {name} (GPU-only Megatron runs its own micro-batch "
+                                "schedule): its micro-batches stay fixed rows, with the same gradients; built on "
+                                "torch_train, fsdp2_train/infer, deepspeed_train/infer and hf_infer")
+                       for knob in switches if getattr(worker, knob)]
+            continue
+        if worker.use_dynamic_batching_in_train and worker.max_tokens_per_microbatch_in_train <= 0:
+            issues.append(_error(f"{role}.max_tokens_per_microbatch_in_train", "use_dynamic_batching_in_train needs "
+                                 "a token budget > 0 (ROLL recommends sequence length × 2 × micro-batch size)"))
+        if worker.use_dynamic_batching_in_infer and "infer" in phases and worker.max_tokens_per_microbatch_in_infer is None:
+            issues.append(_error(f"{role}.max_tokens_per_microbatch_in_infer", "use_dynamic_batching_in_infer needs a "
+                                 "token budget (rows × padded length of one forward micro-batch)"))
         if worker.use_dynamic_bsz and worker.max_token_len_per_gpu is None:
             issues.append(_error(f"{role}.max_token_len_per_gpu", "use_dynamic_bsz needs a token budget per GPU"))
+        if worker.use_dynamic_bsz and (worker.use_dynamic_batching_in_train or worker.use_dynamic_batching_in_infer):
+            issues.append(_error(f"{role}.use_dynamic_bsz", "verl's use_dynamic_bsz and ROLL's "
+                                 "use_dynamic_batching_in_train/infer both set the token budget; choose one"))
+        args = worker.sequence_packing_args
+        if not worker.use_sequence_packing:
+            issues += [_error(f"{role}.sequence_packing_args.{name}", "acts only with use_sequence_packing: true; "
+                              "set it, or remove this") for name in PACKING_ARGS
+                       if getattr(args, name) != type(args).model_fields[name].default]
+        elif args.algorithm == "load_balance":
+            for phase, name in (("train", "use_dynamic_batching_in_train"), ("infer", "use_dynamic_batching_in_infer"),
+                                ("", "use_dynamic_bsz")):
+                if getattr(worker, name) and (not phase or phase in phases):
+                    issues.append(_error(f"{role}.sequence_packing_args.algorithm", f"load_balance and {name} both "
+                                         "choose the micro-batches; use algorithm none (each dynamic batch packed) "
+                                         "or turn dynamic batching off"))
     return issues
 
 

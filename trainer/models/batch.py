@@ -6,12 +6,20 @@ sit at columns ``[P, P+R)`` for every row and one slice serves the whole batch:
     input_ids, attention_mask, position_ids : [B, P+R]
     response_mask                           : [B, R]   1 on real response tokens
     logits predicting response token j      : column P - 1 + j
+
+A packed micro-batch (micro_batches.pack_rows) carries, next to those row tensors, the rows' real
+tokens as one sequence (PACKED_IDS, PACKED_POSITIONS: [1, T]) and PACKED_INDEX [B, R], the packed
+position whose output predicts each response token; the forwards below then run the packed sequence.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+PACKED_IDS = "packed_input_ids"
+PACKED_POSITIONS = "packed_position_ids"
+PACKED_INDEX = "packed_index"
 
 
 def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_token_id: int) -> dict[str, Tensor]:
@@ -39,8 +47,7 @@ def build_batch(prompts: list[list[int]], responses: list[list[int]], pad_token_
 
 def response_logits(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
     """Float logits [B, R, V] predicting each response token, divided by the sampling temperature."""
-    width_r = batch["response_mask"].size(1)
-    logits = _forward(model, batch)[:, -width_r - 1 : -1, :].float()
+    logits = _response_outputs(model, batch).float()
     return logits / temperature if temperature > 0 else logits
 
 
@@ -56,11 +63,31 @@ def response_logprobs(model: nn.Module, batch: dict[str, Tensor], temperature: f
     vocabulary it is the largest tensor of a no-grad pass). Row by row, the same numbers as
     token_logprobs(response_logits(...)) bit for bit."""
     width_r = batch["response_mask"].size(1)
-    logits = _forward(model, batch)[:, -width_r - 1 : -1, :]
+    logits = _response_outputs(model, batch)
     tokens = batch["input_ids"][:, -width_r:]
     parts = [token_logprobs(rows.float() / temperature if temperature > 0 else rows.float(), ids)
              for rows, ids in zip(logits.split(rows_per_chunk), tokens.split(rows_per_chunk), strict=True)]
     return torch.cat(parts)
+
+
+def is_packed(batch: dict[str, Tensor]) -> bool:
+    return PACKED_IDS in batch
+
+
+def unpack(outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
+    """Per-position outputs of the packed sequence [1, T, ...] read back per sample: [B, R, ...]."""
+    return outputs.flatten(0, 1)[batch[PACKED_INDEX]]
+
+
+def _response_outputs(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    """The model's logits predicting each response token [B, R, V], padded or packed."""
+    if is_packed(batch):
+        # no attention mask: transformers reads the samples' bounds from the restarting position ids
+        out = model(input_ids=batch[PACKED_IDS], attention_mask=None, position_ids=batch[PACKED_POSITIONS],
+                    use_cache=False)
+        return unpack(out.logits, batch)
+    width_r = batch["response_mask"].size(1)
+    return _forward(model, batch)[:, -width_r - 1 : -1, :]
 
 
 def _forward(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from trainer.models.batch import PACKED_IDS, PACKED_POSITIONS, is_packed, unpack
+
 
 class ValueModel(nn.Module):
     """Causal-LM backbone + a scalar head: V(s_t) for every position (zero-initialised head)."""
@@ -15,7 +17,7 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor) -> Tensor:
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state
@@ -23,7 +25,10 @@ class ValueModel(nn.Module):
 
 
 def response_values(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-    """V of the state before each response token: [B, R] (column P-1+j values token j)."""
+    """V of the state before each response token: [B, R] (column P-1+j values token j; a packed
+    micro-batch runs its one sequence and reads the same positions back per sample)."""
+    if is_packed(batch):
+        return unpack(model(batch[PACKED_IDS], None, batch[PACKED_POSITIONS]), batch)
     width_r = batch["response_mask"].size(1)
     values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
     return values[:, -width_r - 1 : -1]

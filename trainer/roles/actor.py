@@ -24,6 +24,7 @@ from trainer.roles.common import (
     forward_in_chunks,
     load_role_model,
     logprobs_fn,
+    micro_batching,
     role_section,
     sampling_temperature,
     seed_training_role,
@@ -47,7 +48,8 @@ class TrainedRole(RoleBase):
 
     def update(self, batch: dict[str, Tensor], step: int, loss_fn: LossFn) -> dict[str, float]:
         shape = train_shape(self.cfg, self.role, self.world_size)
-        metrics = ppo_update(self.strategy, batch, shape, loss_fn, seed=self.cfg.seed, step=step)
+        metrics = ppo_update(self.strategy, batch, shape, loss_fn, seed=self.cfg.seed, step=step,
+                             micro_batching=micro_batching(self.cfg, self.role, "train"))
         return {f"{self.role_prefix}/{key}": value for key, value in metrics.items()}
 
     def save_checkpoint(self, path: str) -> None:
@@ -74,7 +76,8 @@ class ActorTrainWorker(TrainedRole):
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         chunk = role_section(self.cfg, self.role).infer_batch_size
-        return forward_in_chunks(logprobs_fn(self.temperature), self.strategy, batch, chunk)
+        return forward_in_chunks(logprobs_fn(self.temperature), self.strategy, batch, chunk,
+                                 micro_batching(self.cfg, self.role, "infer"))
 
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
         return self.update(batch, step, partial(actor_loss, self.cfg, self.temperature))

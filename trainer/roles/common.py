@@ -17,8 +17,9 @@ from trainer.config import topology
 from trainer.config.topology import train_shape
 from trainer.models import lora
 from trainer.models.batch import response_logprobs, split_rows
+from trainer.models.micro_batches import MicroBatching, micro_batch, plan_groups
 from trainer.train import PROCESS_GROUP_STRATEGIES, OptimConfig, TrainStrategy, build_strategy
-from trainer.train.base import StrategyBase
+from trainer.train.base import StrategyBase, max_over_ranks
 
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig, WorkerConfig
@@ -123,14 +124,73 @@ def sampling_temperature(cfg: PipelineConfig) -> float:
     return args.temperature if args is not None and args.temperature > 0 and args.do_sample else 1.0
 
 
+def micro_batching(cfg: PipelineConfig, role: str, phase: str) -> MicroBatching | None:
+    """How the role cuts rows in `phase` ("train": the update's micro-batches, "infer": its forward-only
+    passes) when the config asks for more than fixed rows; None (fixed rows) when it does not:
+
+        ROLL  use_dynamic_batching_in_<phase>  max_tokens_per_microbatch_in_<phase>  rows × padded length
+              sequence_length_round_in_<phase>
+        verl  use_dynamic_bsz                  max_token_len_per_gpu (both phases)    real tokens
+        ROLL  use_sequence_packing             sequence_packing_args (algorithm none / load_balance,
+                                               max_packed_sequence_length_<train|forward>,
+                                               min_num_micro_batches_<train|forward>)
+    """
+    section = role_section(cfg, role)
+    if topology.strategy_name(role, section).startswith("megatron"):
+        return None  # Megatron runs its own micro-batch schedule (validation warns that the knobs are not built there)
+    train = phase == "train"
+    rows = section.training_args.per_device_train_batch_size if train else section.infer_batch_size
+    spec: dict[str, Any] = {}
+    if section.use_dynamic_batching_in_train if train else section.use_dynamic_batching_in_infer:
+        name = "max_tokens_per_microbatch_in_train" if train else "max_tokens_per_microbatch_in_infer"
+        spec |= {"max_tokens": getattr(section, name), "field": f"{role}.{name}", "cost": "padded",
+                 "round_to": section.sequence_length_round_in_train if train else section.sequence_length_round_in_infer}
+    elif section.use_dynamic_bsz:
+        spec |= {"max_tokens": section.max_token_len_per_gpu, "field": f"{role}.max_token_len_per_gpu", "cost": "real"}
+    if section.use_sequence_packing:
+        args = section.sequence_packing_args
+        spec |= {"pack": True, "balance": args.algorithm == "load_balance"}
+        if spec["balance"]:
+            name = "max_packed_sequence_length_train" if train else "max_packed_sequence_length_forward"
+            spec |= {"max_packed_length": getattr(args, name), "field": f"{role}.sequence_packing_args.{name}",
+                     "min_micro_batches": args.min_num_micro_batches_train if train
+                     else args.min_num_micro_batches_forward}
+    return MicroBatching(rows=rows, **spec) if spec else None
+
+
 def forward_in_chunks(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], strategy: StrategyBase,
-                      batch: dict[str, Tensor], chunk: int) -> Tensor:
+                      batch: dict[str, Tensor], chunk: int, spec: MicroBatching | None = None) -> Tensor:
     """fn(model, rows) over chunks of `chunk` rows under the strategy's forward_no_grad (which puts
-    the rows on the strategy's device); this rank's rows, back on the CPU."""
+    the rows on the strategy's device); this rank's rows, back on the CPU. With `spec` the chunks are
+    cut (and packed) as micro_batching says."""
     rows, own = strategy.join_model_parallel_rows(batch)
+    if spec is not None:
+        return forward_micro_batches(fn, strategy, rows, spec)[own]
     parts = split_rows(rows, max(1, chunk or rows["response_mask"].size(0)))
     out = [strategy.forward_no_grad(fn, part).detach().cpu() for part in parts]
     return torch.cat(out, dim=0)[own]
+
+
+def forward_micro_batches(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], strategy: StrategyBase,
+                          rows: dict[str, Tensor], spec: MicroBatching) -> Tensor:
+    """fn over the micro-batches `spec` cuts, as many on every rank of the process group (a sharded
+    model gathers its weights in each forward); each result [b, r ≤ R] written back to its rows,
+    zero where the micro-batch's response was cut short (padding, masked downstream). An empty
+    micro-batch (a rank with fewer rows than the count) runs its first row and drops the result."""
+    groups = plan_groups(rows, spec)
+    count = max_over_ranks(len(groups))
+    if count != len(groups):
+        groups = plan_groups(rows, spec, at_least=count)
+    out: Tensor | None = None
+    for group in groups:
+        result = strategy.forward_no_grad(fn, micro_batch(rows, group or [0], spec)).detach().cpu()
+        if not group:
+            continue
+        if out is None:
+            out = result.new_zeros((rows["response_mask"].size(0), rows["response_mask"].size(1), *result.shape[2:]))
+        out[torch.tensor(group), : result.size(1)] = result
+    assert out is not None
+    return out
 
 
 def logprobs_fn(temperature: float) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:

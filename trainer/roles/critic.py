@@ -14,6 +14,7 @@ from trainer.roles.common import (
     build_train_strategy,
     forward_in_chunks,
     load_role_model,
+    micro_batching,
     role_section,
     seed_training_role,
 )
@@ -32,7 +33,8 @@ class CriticWorker(TrainedRole):
         self.strategy = build_train_strategy(cfg, role, model, rank, world_size)
 
     def compute_values(self, batch: dict[str, Tensor]) -> Tensor:
-        return forward_in_chunks(response_values, self.strategy, batch, role_section(self.cfg, self.role).infer_batch_size)
+        return forward_in_chunks(response_values, self.strategy, batch, role_section(self.cfg, self.role).infer_batch_size,
+                                 micro_batching(self.cfg, self.role, "infer"))
 
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
         return self.update(batch, step, partial(critic_loss, self.cfg))

@@ -15,6 +15,7 @@ from trainer.roles.common import (
     forward_in_chunks,
     load_role_model,
     logprobs_fn,
+    micro_batching,
     role_section,
     sampling_temperature,
     strategy_options,
@@ -36,4 +37,5 @@ class ReferenceWorker(RoleBase):
 
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         chunk = role_section(self.cfg, self.role).infer_batch_size
-        return forward_in_chunks(logprobs_fn(self.temperature), self.strategy, batch, chunk)
+        return forward_in_chunks(logprobs_fn(self.temperature), self.strategy, batch, chunk,
+                                 micro_batching(self.cfg, self.role, "infer"))

@@ -223,6 +223,17 @@ def require_same_micro_batch_count(name: str, count: int) -> None:
         raise ValueError(f"{name}: ranks got different numbers of micro-batches {counts}; they must match")
 
 
+def max_over_ranks(count: int, group: Any = None) -> int:
+    """max(count) over the ranks of `group` (the default process group when None), so that micro-batches
+    cut by tokens come in the same number on every rank (a collective: every rank calls it); `count`
+    itself without a process group of several ranks."""
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return count
+    value = torch.tensor([count], dtype=torch.long)  # a CPU tensor: gloo (the groups are cpu:gloo,cuda:nccl)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group)
+    return int(value.item())
+
+
 class PlainForward(StrategyBase):
     """`hf_infer` / `torch_train` as a forward-only role: the whole frozen model on this rank's device.
     `autocast_dtype` (torch_train's param_dtype): weights in fp32, forward under autocast in that dtype."""

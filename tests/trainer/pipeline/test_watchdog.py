@@ -130,13 +130,15 @@ def test_on_stall_wait_reports_the_stall_and_its_end_and_the_run_goes_on(tmp_pat
     assert json.loads((out / "events.jsonl").read_text().splitlines()[-1])["data"]["state"] == "succeeded"
 
 
-def test_a_rollout_worker_stopped_with_sigstop_is_named_with_its_stack_and_the_restart_resumes_exactly(
-        tmp_path: Path, ray_cluster: None) -> None:
-    """Ray actors, as the platform runs them: actor_infer's process is stopped (SIGSTOP) after step 2. The
-    watchdog reports the stuck phase within 2× its bound, naming actor_infer rank 0 and its stack (read by
-    py-spy from the stopped process); on_stall restart_from_checkpoint ends the attempt for a retry, and
-    the retry (what the platform's supervisor starts: resume from the latest checkpoint) finishes the run
-    with no prompt lost or trained twice."""
+@pytest.mark.parametrize("role", ["actor_infer", "actor_train"])
+def test_a_worker_stopped_with_sigstop_is_named_with_its_stack_and_the_restart_resumes_exactly(
+        tmp_path: Path, ray_cluster: None, role: str) -> None:
+    """Ray actors, as the platform runs them: the rollout engine's process (a rollout that never returns)
+    or the trained policy's is stopped (SIGSTOP) after step 2's checkpoint. The watchdog reports the stuck phase within
+    2× its bound, naming that role's rank 0 and its stack (read by py-spy from the stopped process);
+    on_stall restart_from_checkpoint ends the attempt for a retry, and the retry (what the platform's
+    supervisor starts: resume from the latest checkpoint) finishes the run with no prompt lost or trained
+    twice."""
     import os
     import re
     import signal
@@ -147,31 +149,33 @@ def test_a_rollout_worker_stopped_with_sigstop_is_named_with_its_stack_and_the_r
 
     out = tmp_path / "run"
     bound = 4.0
-    watch = (f"watchdog.phase_timeout_s={{generate: {bound}, weight_sync: {bound}}}", "watchdog.poll_s=0.2",
+    phases = ", ".join(f"{phase}: {bound}" for phase in ("generate", "reward", "old_log_probs", "advantages",
+                                                         "actor_update", "weight_sync", "checkpoint"))
+    watch = (f"watchdog.phase_timeout_s={{{phases}}}", "watchdog.poll_s=0.2",
              "watchdog.on_stall=restart_from_checkpoint", "max_steps=4", "save_steps=2", "eval_steps=0")
     lines: list[str] = []
     stopped: list[int] = []
 
-    def stop_actor_infer_after_step_2() -> None:
+    def stop_the_role_after_the_first_checkpoint() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not stopped:
-            pids = [int(m.group(1)) for line in lines if (m := re.search(r"actor_infer x1 \(pid (\d+)\)", line))]
-            progressed = (out / "events.jsonl").exists() and any(
-                e["type"] == "metrics" and e["step"] >= 2 for e in events(out))
+            pids = [int(m.group(1)) for line in lines if (m := re.search(rf"{role} x1 \(pid (\d+)\)", line))]
+            progressed = (out / "events.jsonl").exists() and any(  # step 2's checkpoint saved: a retry resumes
+                e["type"] == "checkpoint" and e["data"]["step"] == 2 for e in events(out))
             if pids and progressed:
                 os.kill(pids[0], signal.SIGSTOP)
                 stopped.append(pids[0])
             time.sleep(0.1)
 
-    stopper = threading.Thread(target=stop_actor_infer_after_step_2, daemon=True)
+    stopper = threading.Thread(target=stop_the_role_after_the_first_checkpoint, daemon=True)
     stopper.start()
     code = run_training(load_cfg(out, *watch), RunIdentity("stalled"), backend="ray", log=lines.append)
     stopper.join(timeout=5)
     assert stopped and code == 1  # EXIT_FAILED: the platform retries it
     [stall] = stall_events(out)
-    assert stall["phase"] in ("generate", "weight_sync") and stall["elapsed_s"] <= 2 * bound
-    assert {"role": "actor_infer", "ranks": [0]}.items() <= stall["waiting"][0].items()
-    assert f"actor_infer rank 0 in {stall['waiting'][0]['method']} (pid {stopped[0]})" in stall["stacks"]
+    assert stall["elapsed_s"] <= 2 * bound
+    assert {"role": role, "ranks": [0]}.items() <= stall["waiting"][0].items()
+    assert f"{role} rank 0 in {stall['waiting'][0]['method']} (pid {stopped[0]})" in stall["stacks"]
     assert "Thread" in stall["stacks"].split(f"(pid {stopped[0]})", 1)[1]  # py-spy read the stopped process
 
     assert run_training(load_cfg(out, *watch, "resume_from_checkpoint=latest"), RunIdentity("stalled"),

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trainer.config.confinement import path_fields
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import DeepSpeedConfig, Fsdp2Config, MegatronConfig, PipelineConfig, VllmConfig
 from trainer.config.topology import roles, strategy_config, strategy_name
@@ -66,7 +67,17 @@ def smoke_overrides(config: PipelineConfig, *, model: str, data_file: str, outpu
         out.append(f"reward_pretrain={model}")
     for role, worker in roles(config).items():
         out += _role_overrides(role, worker, model=model, data_file=data_file, samples=samples)
-    return out
+    return out + _writes_inside(config, output_dir)
+
+
+def _writes_inside(config: PipelineConfig, output_dir: str) -> list[str]:
+    """Every other place the file writes to (checkpoints, traces, caches), moved under `output_dir`: a
+    verl file's `trainer.default_local_dir: checkpoints/…` wrote into the directory the smoke ran from."""
+    moved = []
+    for field, _value, access in path_fields(config):
+        if access == "write" and field not in ("output_dir", "logging_dir"):
+            moved.append(f"{field}={output_dir}/{field.replace('.', '_')}")
+    return moved
 
 
 def _role_overrides(role: str, worker: Any, *, model: str, data_file: str, samples: int) -> list[str]:

@@ -23,6 +23,7 @@ import pytest
 from tests.trainer.importers.test_foreign_corpus import CORPUS, FILES, fixing_overrides, fmt_of
 from tests.trainer.pipeline.conftest import REPO_ROOT, events, metrics_by_step, run_local
 from trainer.config import config_to_yaml, load_config, validate_config
+from trainer.config.confinement import path_fields
 from trainer.config.preflight import preflight
 from trainer.config.smoke import (
     SMOKE_STEPS,
@@ -88,6 +89,9 @@ def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str]) -> None:
     shrunk = validate_config(native, smoke_overrides(translated, model=tiny_models[smoke_model(translated)],
                                                      data_file=str(data), output_dir=str(out)))
     assert shrunk.ok, [str(i) for i in shrunk.errors]
+    outside = [(field, value) for field, value, access in path_fields(shrunk.config)
+               if access == "write" and not str(value).startswith(str(out))]
+    assert outside == []  # the smoke writes nowhere but its run directory
     findings = preflight(shrunk.config, backend="local")
     if findings:
         pytest.skip(f"{name}: cannot run here: {smoke_refusal(findings)}")

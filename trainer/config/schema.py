@@ -15,7 +15,13 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from trainer.config.device_mapping import check_device_ids, parse_device_mapping
-from trainer.config.registries import CHAT_TEMPLATES, RAW_TEMPLATES, REWARD_TYPES, SYNTHETIC_TASKS
+from trainer.config.registries import (
+    CHAT_TEMPLATES,
+    RAW_TEMPLATES,
+    REWARD_TYPES,
+    ROLL_REWARD_WORKERS,
+    SYNTHETIC_TASKS,
+)
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -1006,10 +1012,16 @@ class RewardWorkerConfig(WorkerConfig):
         inactive=import_only("soft/hard scoring belongs to ROLL's IFEval and CrossThinkQA workers"),
         description="ROLL's `reward_type: soft|hard` (partial or all-or-nothing credit); read from reward_type.",
     )
-    code_url: str | None = fld(None, category="Reward processing", inactive=planned("code-sandbox rewards"),
-                               description="Sandbox service that runs generated code.")
-    use_local: bool = fld(True, category="Reward processing", inactive=planned("code-sandbox rewards"),
-                          description="Run the checker locally instead of through code_url.")
+    code_url: str | None = fld(
+        None, category="Reward processing",
+        description="code_sandbox: URL of a SandboxFusion-style service (POST {code, language, stdin, …}) that runs "
+        "the tests when use_local is false; a failed sample then scores -1, as in ROLL.",
+    )
+    use_local: bool = fld(
+        True, category="Reward processing",
+        description="code_sandbox: run the tests in the local sandbox (time, memory, output and network limits; "
+        "docs/decisions/0036) instead of through code_url.",
+    )
     judge_prompt: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
                                    description="Name of the prompt template the judge model scores with.")
     judge_model_type: Literal["api", "inference"] | None = fld(
@@ -1026,6 +1038,16 @@ class RewardWorkerConfig(WorkerConfig):
         list, category="Reward processing", inactive=planned("reward-system plugins"),
         description="ROLL's reward-system plugins of this worker.",
     )
+
+    @model_validator(mode="after")
+    def _code_sandbox_has_a_sandbox(self) -> RewardWorkerConfig:
+        code = self.reward_type == "code_sandbox" or ROLL_REWARD_WORKERS.get(self.worker_cls or "") == "code_sandbox"
+        if code and not self.use_local and not self.code_url:
+            raise ValueError("code_url: use_local is false, so the code sandbox needs code_url (the sandbox "
+                             "service's http(s) URL); set code_url or use_local: true")
+        if self.code_url and not self.code_url.startswith(("http://", "https://")):
+            raise ValueError(f"code_url: {self.code_url!r} is not an http:// or https:// URL")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -6,7 +6,8 @@
      "answer": str | None, "tag": str | None, "task": str | None, "difficulty": float | None}
 
 `difficulty` comes from a `difficulty` column in [0, 1] when the data has one (ROLL's column for
-`difficulty_loss_weight`).
+`difficulty_loss_weight`). ROLL's code-sandbox columns (`case_type`, `test_cases`,
+`test_case_function`) are carried as they are when the row has them (trainer.rewards.code_sandbox).
 
 Rendering: `template: native` (or a ROLL ChatML template name such as `qwen2_5`) applies
 `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`, a plain `prompt` column
@@ -36,6 +37,7 @@ from trainer.data.synthetic import get_task
 logger = logging.getLogger(__name__)
 
 FILE_FORMATS = (".json", ".jsonl", ".csv", ".parquet")
+CODE_TEST_COLUMNS = ("case_type", "test_cases", "test_case_function")  # ROLL's code-sandbox reward reads them
 TRUNCATION_SIDES: tuple[str, ...] = get_args(DataArgs.model_fields["truncation_side"].annotation)
 
 
@@ -192,6 +194,7 @@ def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | 
             "tag": row.get(tag_key) if tag_key else row.get("task"),
             "task": row.get("task"),
             "difficulty": _difficulty(row.get("difficulty")),
+            **{key: row[key] for key in CODE_TEST_COLUMNS if key in row},
         })
     if too_long and side == "error":
         raise ValueError(f"prompt_length: {len(too_long)} of {len(rows)} prompts are longer than {prompt_length} "

@@ -9,10 +9,13 @@ from a path named in a config.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainer.data.synthetic import get_task
+from trainer.rewards.code_sandbox import CodeSandboxOptions, code_sandbox_reward
 from trainer.rewards.format import DEFAULT_FORMAT_PATTERN, format_reward
 from trainer.rewards.math_rule import math_score
 from trainer.rewards.reward_model import score_with_reward_model
@@ -69,13 +72,34 @@ REWARDS: dict[str, Callable[..., list[float]]] = {
     "synthetic": synthetic_reward,
     "format": format_penalty_reward,
     "reward_model": reward_model_reward,
+    "code_sandbox": code_sandbox_reward,
 }
+
+# Rewards whose options are a dataclass: checked (names and values) when the reward is built.
+OPTIONS: dict[str, type] = {"code_sandbox": CodeSandboxOptions}
+
+
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """Refuse options the reward does not take, naming the valid ones; validate their values where
+    the reward has an options dataclass."""
+    fn = REWARDS[name]
+    if name in OPTIONS:
+        valid = [f.name for f in dataclasses.fields(OPTIONS[name])]
+    else:
+        valid = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"reward_kwargs.{unknown[0]}: not an option of the {name} reward; "
+                         f"valid: {', '.join(valid) or 'none'}")
+    if name in OPTIONS:
+        OPTIONS[name](**options)
 
 
 def build_reward(name: str, reward_scale: float = 1.0, **options: Any) -> RewardFn:
     """`REWARDS[name]` with `options` bound and its scores multiplied by `reward_scale`."""
     if name not in REWARDS:
         raise ValueError(f"reward_type: unknown reward {name!r}; valid: {', '.join(sorted(REWARDS))}")
+    check_options(name, options)
     fn = REWARDS[name]
 
     def reward(prompts: Sequence[str], responses: Sequence[str], samples: Sequence[dict[str, Any]]) -> list[float]:

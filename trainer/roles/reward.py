@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainer.config.registries import ROLL_REWARD_WORKERS
+from trainer.config.registries import REWARD_TYPES, ROLL_REWARD_WORKERS
 from trainer.roles.common import RoleBase
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def reward_type(name: str, section: Any) -> str:
     if section.worker_cls in ROLL_REWARD_WORKERS:
         return ROLL_REWARD_WORKERS[section.worker_cls]
     raise ValueError(f"rewards.{name}.reward_type: not set (and no known worker_cls); "
-                     "valid: math_rule, synthetic, format, reward_model")
+                     f"valid: {', '.join(REWARD_TYPES)}")
 
 
 def build_reward_fn(cfg: PipelineConfig) -> Any:
@@ -43,7 +43,13 @@ def build_reward_fn(cfg: PipelineConfig) -> Any:
         kwargs = dict(section.reward_kwargs)
         if reward_type(name, section) == "reward_model":
             kwargs.setdefault("model_name_or_path", section.model_args.model_name_or_path or cfg.reward_pretrain)
-        routes.append((name, list(section.tag_included), build_reward(reward_type(name, section), **kwargs)))
+        if reward_type(name, section) == "code_sandbox":
+            kwargs.update(use_local=section.use_local, code_url=section.code_url)
+        try:
+            fn = build_reward(reward_type(name, section), **kwargs)
+        except ValueError as exc:
+            raise ValueError(f"rewards.{name}.{exc}") from None
+        routes.append((name, list(section.tag_included), fn))
     if not routes:
         data_args = cfg.actor_train.data_args
         if data_args is None or data_args.synthetic is None:

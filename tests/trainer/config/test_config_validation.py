@@ -201,12 +201,12 @@ def test_unbuilt_reward_worker_and_estimator_are_availability_errors() -> None:
     """A ROLL reward worker or advantage estimator this build lacks is refused like an unbuilt strategy: the
     config stays coherent (docs/decisions/0011), so the editor still shows it and says what is missing."""
     result = validate_config(changed({"rewards": {"code": {
-        "worker_cls": "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker"}},
+        "worker_cls": "roll.pipeline.rlvr.rewards.general_val_rule_reward_worker.GeneralValRuleRewardWorker"}},
         "adv_estimator": "step_reinforce"}))
     assert result.config is not None and result.rule_errors == [], result.errors
     by_path = {i.path: i for i in result.errors}
     assert by_path["rewards.code.worker_cls"].kind == "not_built"
-    assert "code sandbox reward" in by_path["rewards.code.worker_cls"].message
+    assert "general rule reward" in by_path["rewards.code.worker_cls"].message
     assert by_path["adv_estimator"].kind == "not_built" and "grpo" in by_path["adv_estimator"].message
 
 

@@ -14,7 +14,8 @@ from trainer.rewards.registry import REWARDS, build_reward
 
 def test_names_equal_the_config_registry() -> None:
     assert set(REWARDS) == set(REWARD_TYPES)
-    with pytest.raises(ValueError, match=r"reward_type: unknown reward 'llm_judge'; valid: format, math_rule"):
+    with pytest.raises(ValueError,
+                       match=r"reward_type: unknown reward 'llm_judge'; valid: code_sandbox, format, math_rule"):
         build_reward("llm_judge")
 
 

@@ -1,0 +1,206 @@
+"""The sandbox's child: run as `python -I -S -B sandbox_child.py <config.json>` by trainer.rewards.sandbox.
+
+Standard library only, and never imported by the trainer: it runs in a fresh, single-threaded
+interpreter, applies the isolation layers in order, reports which ones took hold on the report file
+descriptor, then executes the untrusted program as `__main__`:
+
+1. network: a new network namespace (unshare(CLONE_NEWNET); as a non-root user with
+   CLONE_NEWUSER too): only a loopback interface that is down, so no address is reachable;
+2. user: when started as root and asked to, it drops to nobody (65534) so file permissions apply;
+3. resource limits: RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_FSIZE (output and files), RLIMIT_NOFILE,
+   RLIMIT_CORE=0, RLIMIT_NPROC (enforced by the kernel for non-root users only);
+4. an audit hook (PEP 578) refusing, inside this interpreter: sockets (connect, bind, send, name
+   lookups), process creation (fork, exec, spawn, system, subprocess, _posixsubprocess), signals to
+   other processes, ctypes, loading native code from outside the standard library, swapping a
+   function's code, writing or deleting files outside the working directory, and reading files outside
+   the working directory and the standard library. An audit hook is a speed bump for naive programs,
+   not a security boundary (docs/decisions/0036-code-sandbox.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from collections.abc import Callable
+from typing import Any
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+NOBODY = 65534
+
+REFUSED_EVENTS = frozenset({
+    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+    "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo", "socket.sethostname",
+    "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile",
+    "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "pty.spawn",
+    "os.symlink", "os.link", "os.chown", "os.setxattr", "os.removexattr", "sys.remote_exec",
+    "webbrowser.open", "urllib.Request",
+})
+# modules whose functions start processes or call C without an audit event of their own
+REFUSED_MODULES = frozenset({"_posixsubprocess", "_ctypes", "ctypes", "_xxsubinterpreters", "_testcapi",
+                             "_testinternalcapi"})
+# events carrying a path to write, delete or rename (the arguments holding paths)
+WRITE_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.mkdir": (0,), "os.chmod": (0,),
+                "os.truncate": (0,), "os.utime": (0,), "shutil.rmtree": (0,), "shutil.move": (0, 1),
+                "shutil.copyfile": (1,), "shutil.copytree": (1,), "shutil.make_archive": (0,)}
+READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/dev/random", "/dev/zero", "/etc/localtime",
+                     "/usr/share/zoneinfo")
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def unshare(flags: int) -> str | None:
+    """None on success, else why (os.unshare from Python 3.12, libc's unshare before)."""
+    if hasattr(os, "unshare"):
+        try:
+            os.unshare(flags)
+            return None
+        except OSError as exc:
+            return exc.strerror
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(flags) == 0:
+            return None
+        return os.strerror(ctypes.get_errno())
+    finally:
+        for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+            del sys.modules[name]
+
+
+def isolate_network() -> str:
+    """The network layer that took hold: 'namespace', or 'audit hook only (<why>)'."""
+    why = unshare(CLONE_NEWNET)
+    if why is None:
+        return "namespace"
+    if os.geteuid() != 0:
+        why_user = unshare(CLONE_NEWUSER | CLONE_NEWNET)
+        if why_user is None:
+            return "namespace"
+        why = f"{why}; with a user namespace: {why_user}"
+    return f"audit hook only (unshare: {why})"
+
+
+def drop_to_nobody() -> str:
+    try:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    except OSError as exc:
+        return f"kept (setuid: {exc.strerror})"
+    return "nobody"
+
+
+def tasks_of(uid: int) -> int:
+    """Tasks (threads count) of a real uid: what RLIMIT_NPROC compares with."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            count += int(fields.get("Threads", "1"))
+    return count
+
+
+def set_limits(cfg: dict[str, Any]) -> str:
+    """Apply the resource limits; the process limit's state as text."""
+    memory = cfg["memory_mb"] * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["max_output_bytes"], cfg["max_output_bytes"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if os.getuid() == 0:
+        return "not enforced (root)"
+    allowed = tasks_of(os.getuid()) + cfg["max_processes"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (allowed, allowed))
+    return f"limit {allowed} tasks of uid {os.getuid()}"
+
+
+def under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def resolved(path: Any) -> str | None:
+    if isinstance(path, int) or path is None:
+        return None
+    return os.path.realpath(os.fsdecode(path))
+
+
+def opens_for_writing(mode: Any, flags: Any) -> bool:
+    if isinstance(mode, str) and any(c in mode for c in "wax+"):
+        return True
+    return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
+
+
+def make_hook(workdir: str, readable: tuple[str, ...]) -> Callable[[str, tuple[Any, ...]], None]:
+    """The audit hook; its state is immutable (strings, tuples, frozensets)."""
+    writable = (workdir,)
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in REFUSED_EVENTS or event.startswith("ctypes."):
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "import":
+            module, filename = args[0], args[1]
+            if module in REFUSED_MODULES or module.split(".")[0] in REFUSED_MODULES:
+                raise PermissionError(f"sandbox: importing {module} is not allowed")
+            if filename and not str(filename).endswith((".py", ".pyc")) and not under(resolved(filename) or "", readable):
+                raise PermissionError(f"sandbox: native module {module} from outside the standard library")
+        elif event == "object.__setattr__" and args[1] in ("__code__", "__defaults__", "__kwdefaults__"):
+            raise PermissionError(f"sandbox: setting a function's {args[1]} is not allowed")
+        elif event == "open":
+            path = resolved(args[0])
+            if path is None:
+                return
+            roots = writable if opens_for_writing(args[1], args[2] if len(args) > 2 else None) else readable
+            if not under(path, roots):
+                raise PermissionError(f"sandbox: opening {path} is not allowed")
+        elif event in WRITE_EVENTS:
+            for i in WRITE_EVENTS[event]:
+                path = resolved(args[i]) if i < len(args) else None
+                if path is not None and not under(path, writable):
+                    raise PermissionError(f"sandbox: {event} on {path} is not allowed")
+
+    return hook
+
+
+def readable_roots(workdir: str) -> tuple[str, ...]:
+    stdlib = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+    stdlib |= {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+    return (workdir, *sorted(stdlib), *READ_ONLY_DEVICES)
+
+
+def run_program(path: str) -> None:
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    code = compile(source, "solution.py", "exec")
+    namespace = {"__name__": "__main__", "__file__": "solution.py", "__builtins__": __builtins__}
+    exec(code, namespace)
+
+
+def main(config_path: str) -> None:
+    with open(config_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    workdir = os.path.realpath(cfg["workdir"])
+    layers = {"network": isolate_network() if cfg["isolate_network"] else "off (asked)"}
+    layers["user"] = drop_to_nobody() if cfg["drop_user"] and os.geteuid() == 0 else "kept"
+    layers["processes"] = set_limits(cfg)
+    layers["audit_hook"] = "on" if cfg["audit_hook"] else "off (asked)"
+    readable = readable_roots(workdir)
+    with os.fdopen(cfg["report_fd"], "w") as report:
+        json.dump(layers, report)
+    if cfg["audit_hook"]:
+        sys.addaudithook(make_hook(workdir, readable))
+    del cfg
+    run_program(os.path.join(workdir, "solution.py"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

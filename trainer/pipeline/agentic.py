@@ -125,7 +125,7 @@ class AgenticPipeline(RLVRPipeline):
         ))
         metrics.update(env_metrics(trajectories, "env"))
         metrics.update(timer.values)
-        self.emit_trajectories(step, trajectories, batch["advantages"])
+        self.emit_trajectories(step, trajectories, batch["advantages"], self.trainer_log_probs(batch))
         self.ledger.record("train", batch=step, step=step, version=step - 1, staleness=0,
                            samples=len(trajectories))
         return metrics
@@ -153,10 +153,12 @@ class AgenticPipeline(RLVRPipeline):
                 **env_metrics(trajectories, "eval")}
 
     # -- telemetry ------------------------------------------------------------------------------
-    def emit_trajectories(self, step: int, trajectories: list[Trajectory], advantages: torch.Tensor) -> None:
+    def emit_trajectories(self, step: int, trajectories: list[Trajectory], advantages: torch.Tensor,
+                          trainer_log_probs: torch.Tensor | None) -> None:
         """The first `logged_rollout_samples` trajectories (whole groups first) as `rollouts` samples, each
-        with its turns and per-token arrays aligned with `tokens` (token_mask: 1 where the loss applies);
-        their frames go to render_save_dir/step_<k>/ when it is set."""
+        with its turns and per-token arrays aligned with `tokens` (token_mask: 1 where the loss applies;
+        token_logprobs the engine's, token_logprobs_trainer actor_train's where it computed them); their
+        frames go to render_save_dir/step_<k>/ when it is set."""
         samples = []
         for row, t in enumerate(trajectories[: self.cfg.logged_rollout_samples]):
             mask = torch.tensor(t.loss_mask, dtype=torch.bool)
@@ -181,6 +183,8 @@ class AgenticPipeline(RLVRPipeline):
                 "done_reason": t.done_reason,
                 "turns": t.turns,
             }
+            if trainer_log_probs is not None:
+                sample["token_logprobs_trainer"] = [round(x, 5) for x in trainer_log_probs[row, : len(t.response_ids)].tolist()]
             if self.cfg.render_save_dir is not None:
                 sample["render_path"] = str(self.write_frames(step, t))
             samples.append(sample)

@@ -450,7 +450,8 @@ class RLVRPipeline:
             truncated=torch.tensor([g.stop_reason == "length" for g in gens]),
             values=values, returns=batch.get("returns"),
         ))
-        self.emit_rollouts(step, records, gens, responses, scores, batch["advantages"], mask)
+        self.emit_rollouts(step, records, gens, responses, scores, batch["advantages"], mask,
+                           trainer_log_probs=self.trainer_log_probs(batch))
         self.ledger.record("train", batch=rollout.batch_id, step=step, version=rollout.version,
                            staleness=int(staleness.max()), samples=len(gens), prompts=len(rollout.prompt_indices),
                            **({"weight": float(weights.mean())} if weights is not None else {}))
@@ -599,17 +600,27 @@ class RLVRPipeline:
         """actor_infer to this thread, holding the newest policy (the producer may be behind)."""
         return self.producer.engine_session() if self.producer is not None else contextlib.nullcontext()
 
+    def trainer_log_probs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """actor_train's per-token log-probs of the batch's responses before this update [B, width], where it
+        computed them and the loss kept them (not replaced by the engine's: use_rollout_log_probs): what logged
+        samples carry as `token_logprobs_trainer`, beside the engine's `token_logprobs`."""
+        return None if self.cfg.use_rollout_log_probs else batch.get("old_log_probs")
+
     def emit_rollouts(self, step: int, records: list[dict], gens: list[Generation], responses: list[str],
-                      scores: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> None:
+                      scores: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+                      trainer_log_probs: torch.Tensor | None = None) -> None:
+        """The first `logged_rollout_samples` samples as a `rollouts` event; `token_logprobs` are the engine's
+        (sampling), `token_logprobs_trainer` actor_train's of the same tokens when it computed them."""
         count = min(len(gens), self.cfg.logged_rollout_samples)
         # whole tensors to Python lists once: per-row tensor indexing cost ~40 µs a sample on every step
         real = mask[:count] > 0
         token_advantages = advantages[:count].tolist()
         mean_advantages = (torch.where(real, advantages[:count], 0.0).sum(-1) / real.sum(-1).clamp(min=1)).tolist()
+        trainer_rows = trainer_log_probs[:count].tolist() if trainer_log_probs is not None else None
         samples = []
         rows = zip(gens[:count], real.tolist(), token_advantages, strict=True)
         for i, (g, row_real, row_advantages) in enumerate(rows):
-            samples.append({
+            sample = {
                 "prompt": records[g.prompt_index]["prompt"],
                 "response": responses[i],
                 "reward": float(scores[i]),
@@ -622,7 +633,10 @@ class RLVRPipeline:
                 "tokens": self.tokenizer.convert_ids_to_tokens(g.token_ids),
                 "token_logprobs": [round(x, 5) for x in g.logprobs],
                 "token_advantages": [round(a, 5) for a, keep in zip(row_advantages, row_real, strict=True) if keep],
-            })
+            }
+            if trainer_rows is not None:  # responses are right-padded: a row's first tokens are its own
+                sample["token_logprobs_trainer"] = [round(x, 5) for x in trainer_rows[i][: len(g.token_ids)]]
+            samples.append(sample)
         self.emitter.rollouts(samples, step=step)
 
     # -- evaluation -----------------------------------------------------------------------------

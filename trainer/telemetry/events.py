@@ -68,7 +68,8 @@ class RolloutSample(TypedDict):
     group_id: int
     sample_index: int
     tokens: NotRequired[list[str]]
-    token_logprobs: NotRequired[list[float]]
+    token_logprobs: NotRequired[list[float]]  # the rollout engine's, as it sampled each token
+    token_logprobs_trainer: NotRequired[list[float]]  # actor_train's of the same tokens, before the update
     token_advantages: NotRequired[list[float]]
     token_mask: NotRequired[list[int]]
     env_tag: NotRequired[str]

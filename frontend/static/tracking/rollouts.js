@@ -1,11 +1,13 @@
 // Rollout inspector: samples filtered and sorted by the server, with the whole view (filters, sort, page,
-// colouring) in the URL, so a view can be shared and survives a reload. A step scrubber walks the steps
+// colouring, the prompt whose history is open) in the URL, so a view can be shared and survives a reload. A step scrubber walks the steps
 // that have samples inside the step range applied (`step` in the URL: the one it shows). GRPO groups side by
 // side when sorted by step; agentic trajectories as a conversation, turn by turn, with their tokens (those
 // the loss does not train greyed) and rendered frames. Following the latest step asks again every few
 // seconds until the run is finished; a redraw keeps the samples already shown as they are (sections opened,
 // frames loaded) and the scroll position.
 import { errorText, escapeHtml, getJson, numberHtml } from "./live.js";
+import { HISTORY_PARAMS, openHistory, showHistory } from "./prompt_history.js";
+import { tokensHtml } from "./tokens.js";
 
 const form = document.getElementById("filters");
 const api = form.dataset.api;
@@ -43,6 +45,8 @@ function viewParams(page) {
   if (!form.elements.latest.checked) params.set("latest", "0");
   if (exactStep !== null) params.set("step", String(exactStep));
   if (page > 1) params.set("page", String(page));
+  const current = new URLSearchParams(window.location.search); // the prompt history panel's own state stays
+  for (const name of HISTORY_PARAMS) if (current.has(name)) params.set(name, current.get(name));
   return params;
 }
 
@@ -68,28 +72,6 @@ function go(page, { replace = false } = {}) {
 }
 
 // --- rendering -------------------------------------------------------------------------------------------
-
-function colour(value, mode) {
-  if (value === null || value === undefined) return "transparent";
-  if (mode === "logprob") {
-    const p = Math.exp(Math.min(0, value)); // probability: green when likely, red when unlikely
-    return `hsla(${Math.round(120 * p)}, 75%, 55%, 0.35)`;
-  }
-  const a = Math.max(-1, Math.min(1, value));
-  return a >= 0 ? `rgba(46, 125, 50, ${0.15 + 0.5 * a})` : `rgba(198, 40, 40, ${0.15 - 0.5 * a})`;
-}
-
-function tokensHtml(s, mode) {
-  if (!Array.isArray(s.tokens) || !s.tokens.length) return `<div class="response">${escapeHtml(s.response)}</div>`;
-  const values = mode === "logprob" ? s.token_logprobs : s.token_advantages;
-  const mask = Array.isArray(s.token_mask) ? s.token_mask : null; // aligned with tokens, like the values
-  return `<div class="response tokens">${s.tokens
-    .map((t, i) => {
-      if (mask && !mask[i]) return `<span class="masked" title="not trained: the environment's text">${escapeHtml(t)}</span>`;
-      return `<span title="${mode} ${values?.[i] ?? "—"}" style="background:${colour(values?.[i], mode)}">${escapeHtml(t)}</span>`;
-    })
-    .join("")}</div>`;
-}
 
 function stopHtml(s) {
   return `<span class="stop" title="${escapeHtml(s.stop_reason || "")}">${escapeHtml(s.stop_reason_text)}</span>`;
@@ -117,6 +99,10 @@ function trajectoryHtml(s, mode) {
     : "";
   return `<ol class="turns">${s.turns.map(turnHtml).join("")}</ol>
     <details class="trajectory-tokens"><summary>Tokens (greyed: not trained)</summary>${tokensHtml(s, mode)}</details>${frames}`;
+}
+
+function historyButton(s) {
+  return `<button type="button" class="link history-open" data-prompt="${escapeHtml(s.prompt_hash)}">history of this prompt</button>`;
 }
 
 function sampleHtml(s, mode, withStep) {
@@ -148,13 +134,14 @@ function render(data, page) {
         const rewards = samples.map((s) => s.reward).filter((r) => r !== null);
         const mean = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
         return `<section class="card group" data-step="${samples[0].step}" data-group="${samples[0].group_id}">
-          <h3>step ${samples[0].step} · group ${samples[0].group_id} <span class="meta">mean reward ${numberHtml(mean)}</span></h3>
+          <h3>step ${samples[0].step} · group ${samples[0].group_id} <span class="meta">mean reward ${numberHtml(mean)}</span>
+            ${historyButton(samples[0])}</h3>
           <div class="prompt">${escapeHtml(samples[0].prompt)}</div>
           <div class="group-samples">${samples.map((s) => sampleHtml(s, mode, false)).join("")}</div></section>`;
       })
       .join("");
   } else {
-    html = `<section class="card flat">${data.results.map((s) => `<div class="prompt">${escapeHtml(s.prompt)}</div>${sampleHtml(s, mode, true)}`).join("")}</section>`;
+    html = `<section class="card flat">${data.results.map((s) => `<div class="prompt">${escapeHtml(s.prompt)}</div>${historyButton(s)}${sampleHtml(s, mode, true)}`).join("")}</section>`;
   }
   // A sample already on screen, drawn the same way, stays the same node: what the user opened stays open (and
   // a sample drawn anew, e.g. in other colours, opens what was open).
@@ -310,6 +297,11 @@ scrubber.addEventListener("input", () => scrubTo(Number(scrubber.value)));
 document.getElementById("step-prev").addEventListener("click", () => scrubTo(Number(scrubber.value) - 1));
 document.getElementById("step-next").addEventListener("click", () => scrubTo(Number(scrubber.value) + 1));
 
+document.getElementById("groups").addEventListener("click", (event) => {
+  const button = event.target.closest?.("button.history-open");
+  if (button) openHistory(button.dataset.prompt);
+});
+
 document.getElementById("groups").addEventListener("toggle", async (event) => {
   const details = event.target;
   if (!details.matches?.("details.frames") || !details.open || details.dataset.loaded) return;
@@ -321,9 +313,11 @@ document.getElementById("groups").addEventListener("toggle", async (event) => {
 window.addEventListener("popstate", () => {
   viewFromUrl();
   load();
+  showHistory();
 });
 
 viewFromUrl();
 load();
+showHistory();
 // Following the latest step of a run still going: ask again; a finished run has nothing new to show.
 setInterval(() => { if (!runFinished && form.elements.latest.checked && currentPage() === 1) load(); }, 3000);

@@ -134,8 +134,19 @@ class RolloutOut(serializers.Serializer):
     num_turns = serializers.IntegerField(allow_null=True)
     done_reason = serializers.CharField(allow_blank=True)
     frames_url = serializers.CharField(allow_null=True, help_text="agentic: the trajectory's rendered text frames")
+    prompt_hash = serializers.CharField(help_text="the prompt's hash: ?prompt= of the prompt history")
+    logprob_mismatch_mean = serializers.FloatField(
+        allow_null=True, help_text="mean |trainer - engine| log-prob over the trained tokens; null when the sample "
+        "does not carry both")
+    logprob_mismatch_max = serializers.FloatField(allow_null=True, help_text="its largest token")
     tokens = serializers.ListField(child=serializers.CharField(), allow_null=True)
-    token_logprobs = serializers.ListField(child=serializers.FloatField(), allow_null=True)
+    token_logprobs = serializers.ListField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                           help_text="the rollout engine's log-prob of each token, as it sampled")
+    token_logprobs_trainer = serializers.ListField(
+        child=serializers.FloatField(allow_null=True), allow_null=True,
+        help_text="actor_train's log-prob of each token before the update (null when the run did not compute them)")
+    token_logprob_mismatch = serializers.ListField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                                   help_text="|trainer - engine| of each token")
     token_advantages = serializers.ListField(child=serializers.FloatField(), allow_null=True)
     token_mask = serializers.ListField(child=serializers.IntegerField(), allow_null=True,
                                        help_text="1 where the loss applies (agentic: the policy's own tokens)")
@@ -182,6 +193,105 @@ class RunRollouts(APIView):
         response.data["stop_reason_texts"] = {reason: selectors.stop_reason_words(reason) for reason in reasons}
         response.data["env_tags"] = selectors.env_tags(run)
         response.data["run_finished"] = run.is_terminal
+        return response
+
+
+class RolloutSampleDetail(APIView):
+    @extend_schema(
+        responses={200: RolloutOut, **ERRORS},
+        description="One rollout sample of a run of your teams with its per-token arrays: tokens, the engine's and "
+        "the trainer's log-probs and their mismatch, advantages, mask, turns.",
+    )
+    def get(self, request: Request, sample_id: int) -> Response:
+        sample = selectors.rollout_sample(request.user, sample_id)
+        if sample is None:
+            raise Http404(f"no rollout sample {sample_id} in your teams")
+        return Response(selectors.rollout_dict(sample))
+
+
+class PromptHistoryQuery(serializers.Serializer):
+    prompt = serializers.CharField(max_length=20_000, trim_whitespace=False,
+                                   help_text="the prompt: its hash (prompt_hash of a sample) or its exact text")
+    compare = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ID,
+                                       help_text="a run of your teams to show beside this one")
+
+
+class PromptHistoryPages(PageNumberPagination):
+    page_size = 10
+    page_size_query_param = "page_size"
+    max_page_size = 50
+
+
+class HistorySampleOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.CharField(help_text="the sample with its tokens (/api/rollouts/<id>/)")
+    step = serializers.IntegerField()
+    group_id = serializers.IntegerField()
+    sample_index = serializers.IntegerField()
+    response = serializers.CharField(allow_blank=True)
+    reward = serializers.FloatField(allow_null=True)
+    advantage = serializers.FloatField(allow_null=True)
+    response_length = serializers.IntegerField()
+    stop_reason = serializers.CharField(allow_blank=True)
+    stop_reason_text = serializers.CharField()
+    attempt = serializers.IntegerField()
+    logprob_mismatch_mean = serializers.FloatField(allow_null=True)
+    logprob_mismatch_max = serializers.FloatField(allow_null=True)
+
+
+class HistoryCellOut(serializers.Serializer):
+    run = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="samples of the prompt the run logged at this step")
+    samples = HistorySampleOut(many=True, help_text=f"the first {selectors.HISTORY_CELL_SAMPLES} by group and sample")
+
+
+class HistoryRowOut(serializers.Serializer):
+    step = serializers.IntegerField()
+    cells = HistoryCellOut(many=True, help_text="one per run, in the order of `runs`")
+
+
+class HistoryRunOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField(help_text="its experiment's name")
+    status = serializers.CharField()
+    steps = serializers.IntegerField(help_text="steps at which it logged the prompt")
+    samples = serializers.IntegerField()
+    inspector_url = serializers.CharField()
+
+
+class PromptHistoryOut(serializers.Serializer):
+    count = serializers.IntegerField(help_text="steps at which either run logged the prompt")
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    prompt = serializers.CharField()
+    prompt_hash = serializers.CharField()
+    runs = HistoryRunOut(many=True, help_text="this run, then the compared one")
+    results = HistoryRowOut(many=True)
+
+
+class RunPromptHistory(APIView):
+    @extend_schema(
+        parameters=[PromptHistoryQuery, OpenApiParameter("page", int), OpenApiParameter("page_size", int)],
+        responses={200: PromptHistoryOut, **ERRORS},
+        description="One prompt's responses at every step that logged it, in this run and in a compared run side "
+        "by side: a page of steps (rows), each with each run's samples (reward, length, stop reason, mean and max "
+        "|trainer - engine| log-prob). 404 when neither run logged the prompt, or the compared run is not in your "
+        "teams.",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        run = scoped_run(request, run_id)
+        query = PromptHistoryQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        compare_id = query.validated_data.get("compare")
+        runs = [run] if compare_id in (None, run.pk) else [run, scoped_run(request, compare_id)]
+        found = selectors.find_prompt(runs, query.validated_data["prompt"])
+        if found is None:
+            raise Http404(f"no sample of run {' or run '.join(str(r.pk) for r in runs)} has this prompt")
+        key, text = found
+        pages = PromptHistoryPages()
+        steps = pages.paginate_queryset(selectors.prompt_steps(runs, key), request, view=self)
+        response = pages.get_paginated_response(selectors.prompt_history(runs, key, steps))
+        response.data |= {"prompt": text, "prompt_hash": key, "runs": selectors.prompt_run_totals(runs, key)}
         return response
 
 

@@ -33,6 +33,9 @@ urlpatterns = [
 tracking_urlpatterns = [
     path("api/runs/<int:run_id>/metrics/", tracking_views.RunMetrics.as_view(), name="api-metrics"),
     path("api/runs/<int:run_id>/rollouts/", tracking_views.RunRollouts.as_view(), name="api-rollouts"),
+    path("api/runs/<int:run_id>/rollouts/by-prompt/", tracking_views.RunPromptHistory.as_view(),
+         name="api-prompt-history"),
+    path("api/rollouts/<int:sample_id>/", tracking_views.RolloutSampleDetail.as_view(), name="api-rollout-sample"),
     path("api/runs/<int:run_id>/metrics/export/", tracking_views.RunMetricsExport.as_view(), name="api-metrics-export"),
     path("api/runs/<int:run_id>/checkpoints/", tracking_views.RunCheckpoints.as_view(), name="api-checkpoints"),
     path("api/runs/<int:run_id>/logs/", tracking_views.RunLogs.as_view(), name="api-logs"),

@@ -42,6 +42,7 @@ from policylab.tracking.models import (
     RunStall,
     SystemPoint,
 )
+from policylab.tracking.rollout_facts import mismatch_summary, prompt_hash, token_mismatch
 from policylab.tracking.selectors import checkpoint_dicts, log_colours, stop_reason_words
 from trainer.config.bounds import INT64_MAX
 from trainer.telemetry.events import EventError, parse_event
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 LIVE_TEXT_LIMIT = 1000
 LIVE_SAMPLES = 64
 MESSAGE_VALUES = 5000
-HEAVY_SAMPLE_KEYS = ("tokens", "token_logprobs", "token_advantages", "token_mask", "turns")
+HEAVY_SAMPLE_KEYS = ("tokens", "token_logprobs", "token_logprobs_trainer", "token_advantages", "token_mask", "turns")
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -208,11 +209,15 @@ def rollout_row(sample: Mapping[str, Any], index: int, step: int, time: float, c
     turns = sample.get("turns")
     success = sample.get("success")
     num_turns = sample.get("num_turns")
+    prompt = storable(sample.get("prompt", ""))
+    trainer, engine = sample.get("token_logprobs_trainer"), sample.get("token_logprobs")
+    mismatch_mean, mismatch_max = mismatch_summary(token_mismatch(trainer, engine), sample.get("token_mask"))
     return RolloutSample(
         step=step,
         group_id=int(group) if group is not None else index,
         sample_index=int(sample.get("sample_index", index)),
-        prompt=storable(sample.get("prompt", "")),
+        prompt=prompt,
+        prompt_hash=prompt_hash(prompt),
         response=storable(sample.get("response", "")),
         reward=finite_or_none(sample.get("reward")),
         advantage=finite_or_none(sample.get("advantage")),
@@ -220,7 +225,10 @@ def rollout_row(sample: Mapping[str, Any], index: int, step: int, time: float, c
         response_length=count("response_length"),
         stop_reason=storable(sample.get("stop_reason") or "")[:32],
         tokens=[storable(t) for t in tokens] if isinstance(tokens, list) else tokens,
-        token_logprobs=sample.get("token_logprobs"),
+        token_logprobs=engine,
+        token_logprobs_trainer=trainer,
+        logprob_mismatch_mean=mismatch_mean,
+        logprob_mismatch_max=mismatch_max,
         token_advantages=sample.get("token_advantages"),
         token_mask=sample.get("token_mask"),
         turns=[storable_turn(t) for t in turns if isinstance(t, Mapping)] if isinstance(turns, list) else None,
@@ -328,8 +336,9 @@ def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
         update_conflicts=True,
         unique_fields=["run", "step", "group_id", "sample_index"],
         update_fields=[
-            "prompt", "response", "reward", "advantage", "prompt_length", "response_length", "stop_reason",
-            "tokens", "token_logprobs", "token_advantages", "token_mask", "turns", "env_tag", "success",
+            "prompt", "prompt_hash", "response", "reward", "advantage", "prompt_length", "response_length",
+            "stop_reason", "tokens", "token_logprobs", "token_logprobs_trainer", "logprob_mismatch_mean",
+            "logprob_mismatch_max", "token_advantages", "token_mask", "turns", "env_tag", "success",
             "num_turns", "done_reason", "render_path", "attempt", "seq", "time",
         ],
     )

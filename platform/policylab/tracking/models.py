@@ -78,6 +78,8 @@ class RolloutSample(models.Model):
     group_id = models.BigIntegerField(default=0, help_text="GRPO group (the prompt); samples of a group share it")
     sample_index = models.BigIntegerField()
     prompt = models.TextField()
+    prompt_hash = models.CharField(max_length=32, blank=True, default="",
+                                   help_text="sha256 of the prompt (rollout_facts.prompt_hash): its samples across steps")
     response = models.TextField()
     reward = models.FloatField(null=True)
     advantage = models.FloatField(null=True)
@@ -85,7 +87,11 @@ class RolloutSample(models.Model):
     response_length = models.PositiveIntegerField(default=0)
     stop_reason = models.CharField(max_length=32, blank=True, default="")
     tokens = models.JSONField(null=True, blank=True)
-    token_logprobs = models.JSONField(null=True, blank=True)
+    token_logprobs = models.JSONField(null=True, blank=True, help_text="the rollout engine's, as it sampled")
+    token_logprobs_trainer = models.JSONField(null=True, blank=True, help_text="actor_train's, before the update")
+    # |trainer - engine| over the trained tokens, kept by ingest (rollout_facts.mismatch_summary)
+    logprob_mismatch_mean = models.FloatField(null=True, blank=True)
+    logprob_mismatch_max = models.FloatField(null=True, blank=True)
     token_advantages = models.JSONField(null=True, blank=True)
     # agentic trajectories (docs/decisions/0015): the conversation turn by turn and which tokens are trained
     token_mask = models.JSONField(null=True, blank=True, help_text="1 where the loss applies, aligned with tokens")
@@ -109,6 +115,7 @@ class RolloutSample(models.Model):
             models.Index(fields=["run", "env_tag"], name="rollout_run_env_tag"),
             models.Index(fields=["run", "success"], name="rollout_run_success"),
             models.Index(fields=["run", "num_turns"], name="rollout_run_num_turns"),
+            models.Index(fields=["run", "prompt_hash", "step"], name="rollout_run_prompt_step"),
         ]
 
 

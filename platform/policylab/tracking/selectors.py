@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db.models import (
+    Count,
     DurationField,
     ExpressionWrapper,
     F,
@@ -20,8 +21,9 @@ from django.db.models import (
     QuerySet,
     Subquery,
     TextField,
+    Window,
 )
-from django.db.models.functions import Cast, Coalesce, Now
+from django.db.models.functions import Cast, Coalesce, Now, RowNumber
 from django.urls import reverse
 
 from policylab.experiments import statuses
@@ -42,6 +44,7 @@ from policylab.tracking.models import (
     RunStall,
     SystemPoint,
 )
+from policylab.tracking.rollout_facts import PROMPT_HASH, prompt_hash, token_mismatch
 
 X_AXES = ("step", "time")
 DEFAULT_MAX_POINTS = 1000
@@ -174,6 +177,7 @@ def rollout_dict(sample: RolloutSample, *, tokens: bool = True) -> dict[str, Any
         "group_id": sample.group_id,
         "sample_index": sample.sample_index,
         "prompt": sample.prompt,
+        "prompt_hash": sample.prompt_hash,
         "response": sample.response,
         "reward": sample.reward,
         "advantage": sample.advantage,
@@ -187,12 +191,16 @@ def rollout_dict(sample: RolloutSample, *, tokens: bool = True) -> dict[str, Any
         "num_turns": sample.num_turns,
         "done_reason": sample.done_reason,
         "frames_url": reverse("tracking:rollout_frames", args=[sample.pk]) if sample.render_path else None,
+        "logprob_mismatch_mean": sample.logprob_mismatch_mean,
+        "logprob_mismatch_max": sample.logprob_mismatch_max,
     }
     if tokens:
         turns = [{**t, "stop_reason_text": stop_reason_words(str(t["stop_reason"]))} if t.get("stop_reason") else t
                  for t in sample.turns] if sample.turns is not None else None
-        out |= {"tokens": sample.tokens, "token_logprobs": sample.token_logprobs, "token_advantages": sample.token_advantages,
-                "token_mask": sample.token_mask, "turns": turns}
+        out |= {"tokens": sample.tokens, "token_logprobs": sample.token_logprobs,
+                "token_logprobs_trainer": sample.token_logprobs_trainer,
+                "token_logprob_mismatch": token_mismatch(sample.token_logprobs_trainer, sample.token_logprobs),
+                "token_advantages": sample.token_advantages, "token_mask": sample.token_mask, "turns": turns}
     return out
 
 
@@ -402,6 +410,75 @@ def rollouts_matching(run: Run, filters: RolloutFilters) -> QuerySet[RolloutSamp
     fields = ROLLOUT_SORTS[filters.sort.lstrip("-")]
     first = F(fields[0]).desc(nulls_last=True) if descending else F(fields[0]).asc(nulls_last=True)
     return rows.order_by(first, *fields[1:])
+
+
+# The prompt history (decision 0035): steps as rows, runs as columns, a page of steps at a time and at most
+# HISTORY_CELL_SAMPLES responses per (run, step) cell, without the per-token arrays (one sample's come on demand).
+HISTORY_CELL_SAMPLES = 16
+HEAVY_FIELDS = ("tokens", "token_logprobs", "token_logprobs_trainer", "token_advantages", "token_mask", "turns")
+
+
+def find_prompt(runs: Sequence[Run], prompt: str) -> tuple[str, str] | None:
+    """(hash, text) of the prompt that `prompt` names in any of `runs` (already scoped): its hash (as the
+    inspector's links give it) or its exact text; None when no sample of theirs has it."""
+    candidates = [prompt] if PROMPT_HASH.fullmatch(prompt) else []
+    candidates.append(prompt_hash(prompt))
+    for candidate in candidates:
+        # no ORDER BY (first() would add one by id): the (run, prompt_hash, step) index answers it at once
+        texts = RolloutSample.objects.filter(run__in=runs, prompt_hash=candidate).order_by()
+        for text in texts.values_list("prompt", flat=True)[:1]:
+            return candidate, text
+    return None
+
+
+def prompt_steps(runs: Sequence[Run], key: str) -> QuerySet:
+    """The steps at which any of `runs` logged a sample of the prompt hashed `key`, in order (a query to page:
+    the index on run, prompt hash and step answers it)."""
+    rows = RolloutSample.objects.filter(run__in=runs, prompt_hash=key)
+    return rows.order_by("step").values_list("step", flat=True).distinct()
+
+
+def prompt_run_totals(runs: Sequence[Run], key: str) -> list[dict[str, Any]]:
+    """Each run with how many steps and samples of the prompt it logged, in the order of `runs`."""
+    totals = {row["run_id"]: row for row in RolloutSample.objects.filter(run__in=runs, prompt_hash=key)
+              .order_by().values("run_id").annotate(steps=Count("step", distinct=True), samples=Count("id"))}
+    return [{"id": run.pk, "name": run.experiment.name, "status": run.status,
+             "steps": totals.get(run.pk, {}).get("steps", 0), "samples": totals.get(run.pk, {}).get("samples", 0),
+             "inspector_url": reverse("tracking:rollouts", args=[run.pk])} for run in runs]
+
+
+def prompt_history(runs: Sequence[Run], key: str, steps: Sequence[int]) -> list[dict[str, Any]]:
+    """One row per step of `steps`: for each run of `runs` (a column), its samples of the prompt hashed `key`
+    at that step (the first HISTORY_CELL_SAMPLES by group and sample, without prompt text or token arrays)
+    and how many it logged. Two queries, whatever the page holds."""
+    rows = RolloutSample.objects.filter(run__in=runs, prompt_hash=key, step__in=list(steps))
+    counts = {(r["run_id"], r["step"]): r["n"]
+              for r in rows.order_by().values("run_id", "step").annotate(n=Count("id"))}
+    ranked = rows.annotate(rank=Window(RowNumber(), partition_by=[F("run_id"), F("step")],
+                                       order_by=[F("group_id").asc(), F("sample_index").asc()]))
+    cells: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for sample in ranked.filter(rank__lte=HISTORY_CELL_SAMPLES).defer("prompt", *HEAVY_FIELDS).order_by(
+            "step", "run_id", "group_id", "sample_index"):
+        cells[(sample.run_id, sample.step)].append(history_sample_dict(sample))
+    return [{"step": step, "cells": [{"run": run.pk, "count": counts.get((run.pk, step), 0),
+                                      "samples": cells.get((run.pk, step), [])} for run in runs]}
+            for step in steps]
+
+
+def history_sample_dict(sample: RolloutSample) -> dict[str, Any]:
+    """A sample in a history cell: what rollout_dict shows but the prompt (the row's) and the token arrays."""
+    return {"id": sample.pk, "step": sample.step, "group_id": sample.group_id, "sample_index": sample.sample_index,
+            "response": sample.response, "reward": sample.reward, "advantage": sample.advantage,
+            "response_length": sample.response_length, "stop_reason": sample.stop_reason,
+            "stop_reason_text": stop_reason_words(sample.stop_reason), "attempt": sample.attempt,
+            "logprob_mismatch_mean": sample.logprob_mismatch_mean,
+            "logprob_mismatch_max": sample.logprob_mismatch_max,
+            "url": reverse("tracking:api-rollout-sample", args=[sample.pk])}
+
+
+def rollout_sample(user: Any, sample_id: int) -> RolloutSample | None:
+    """One sample, with its token arrays, of a run `user` may see; None otherwise (another team's is absent)."""
+    return RolloutSample.objects.filter(pk=sample_id, run__in=runs_for(user)).first()
 
 
 def rollout_steps(run: Run) -> list[int]:

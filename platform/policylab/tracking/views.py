@@ -21,6 +21,7 @@ from policylab.tracking.panels import ASYNC_CHARTS, ASYNC_PREFIX
 from policylab.tracking.services import csv_lines, history_csv_rows
 
 MAX_COMPARED = 8
+MAX_COMPARE_CHOICES = 50  # the newest runs offered to compare with (the URL's ?compare= may name any of the team's)
 
 
 def scoped_run_or_404(request: HttpRequest, run_id: int):
@@ -66,7 +67,8 @@ def rollouts(request: HttpRequest, run_id: int) -> HttpResponse:
         "tracking/rollouts.html",
         {"run": run, "experiment": run.experiment, "stop_reasons": selectors.stop_reasons(run),
          "stop_reason_words": {r: selectors.stop_reason_words(r) for r in selectors.stop_reasons(run)},
-         "env_tags": selectors.env_tags(run), "sorts": selectors.SORT_CHOICES},
+         "env_tags": selectors.env_tags(run), "sorts": selectors.SORT_CHOICES,
+         "compare_runs": selectors.history_runs(request.user).exclude(pk=run.pk)[:MAX_COMPARE_CHOICES]},
     )
 
 
@@ -144,7 +146,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     runs = list(runs_for(request.user).filter(pk__in=ids).select_related("experiment"))
     runs.sort(key=lambda r: ids.index(r.pk))
     configs = [effective_config(r.experiment.config, r.overrides) for r in runs]
-    candidates = selectors.history_runs(request.user).exclude(pk__in=ids)[:50]
+    candidates = selectors.history_runs(request.user).exclude(pk__in=ids)[:MAX_COMPARE_CHOICES]
     return render(
         request,
         "tracking/compare.html",

@@ -138,7 +138,8 @@ def test_every_documented_parameter_of_every_endpoint_is_accepted(api_alice, ali
 
     experiment = make_experiment(alice, team_a)
     run = Run.objects.create(experiment=experiment, created_by=alice, status=RunStatus.SUCCEEDED)
-    objects = {"runs": run.pk, "experiments": experiment.pk, "tokens": ApiToken.objects.filter(user=alice)[0].pk}
+    objects = {"runs": run.pk, "experiments": experiment.pk, "tokens": ApiToken.objects.filter(user=alice)[0].pk,
+               "rollouts": 1}
     checked = 0
     for path, names in documented_get_operations():
         url = re.sub(r"/(\w+)/\{\w+\}", lambda m: f"/{m[1]}/{objects[m[1]]}", path)
@@ -171,6 +172,7 @@ def test_the_clients_and_pages_parameters_are_all_documented() -> None:
         (tracking_api.RunRollouts, "GET"): {"step_min", "step_max", "reward_min", "reward_max", "len_min", "len_max",
                                              "stop_reason", "env_tag", "success", "turns_min", "turns_max", "q",
                                              "sort", "latest", "page", "page_size"},
+        (tracking_api.RunPromptHistory, "GET"): {"prompt", "compare", "page", "page_size"},
     }
     for key, names in sent.items():
         assert names <= known[key] | query.ALWAYS, (key, names - known[key])

@@ -15,7 +15,7 @@ from django.utils import timezone
 from policylab.accounts.services import create_api_token
 from policylab.experiments import services
 from policylab.experiments.models import Run, RunStatus
-from policylab.tracking.models import Checkpoint, RolloutSample
+from policylab.tracking.models import Checkpoint, RolloutSample, RunProfile
 
 pytestmark = pytest.mark.django_db
 
@@ -53,6 +53,12 @@ def team_b_objects(bob, team_b, make_experiment):
     frames.write_text("# reset\n.P.\n")
     sample = RolloutSample.objects.create(run=run, step=1, sample_index=0, prompt="p", response="r", seq=1, time=0.0,
                                           render_path=str(frames))
+    trace = run.run_dir / "profiles" / "step_2" / "actor_train_rank0_train_step.pt.trace.json.gz"
+    trace.parent.mkdir(parents=True)
+    trace.write_bytes(b"{}")
+    # its id equals the run's: the route /runs/<run_id>/profiles/<profile_id>/ is filled with one id for both
+    RunProfile.objects.create(pk=run.pk, run=run, path=str(trace), step=2, role="actor_train", call="train_step",
+                              kind="timeline", format="chrome_trace_gz", seq=2, time=timezone.now())
     return {
         "project": experiment.project.pk, "experiment": experiment.pk, "run": run.pk,
         "checkpoint": checkpoint.pk, "token": token.pk, "sample": sample.pk,

@@ -1272,9 +1272,28 @@ class PipelineConfig(Section):
         None, category="Agentic", path="write",
         description="Folder for the text frames of the trajectories sent to telemetry (agentic pipeline).",
     )
-    profiler_output_dir: str | None = fld(None, category="Logging", inactive=planned("profiling"), path="write", description="Folder for profiler traces.")
-    profiler_timeline: bool = fld(False, category="Logging", inactive=planned("profiling"), description="Record a PyTorch profiler timeline.")
-    profiler_memory: bool = fld(False, category="Logging", inactive=planned("profiling"), description="Record CUDA memory snapshots.")
+    profiler_output_dir: str | None = fld(
+        None, category="Logging", path="write",
+        description="Folder of the profiler's files (relative: inside output_dir; unset: <output_dir>/profiles); "
+        "each profiled step in its own step_<k>/ folder, one file per role, rank and call.",
+    )
+    profiler_timeline: bool = fld(
+        False, category="Logging",
+        description="ROLL's timeline: a torch.profiler trace (Chrome trace JSON, gzip, with Python stacks) of every "
+        "compute call of the profiled steps (profiler_steps): actor_train's log-probs and update, reference, critic, "
+        "the hf_infer engine's generation; each rank writes its own file. Open it in ui.perfetto.dev or chrome://tracing.",
+    )
+    profiler_memory: bool = fld(
+        False, category="Logging",
+        description="ROLL's memory profile of the same calls: with CUDA a memory snapshot (.pickle: allocations with "
+        "their stacks, for pytorch.org/memory_viz); on CPU, where no snapshot exists, a torch.profiler trace with "
+        "profile_memory (allocation events and totals). One of profiler_timeline and profiler_memory at a time (ROLL).",
+    )
+    profiler_steps: list[int] = fld(
+        [2, 2], category="Logging",
+        description="PolicyLab's: the first and last step (inclusive) profiled by profiler_timeline / profiler_memory; "
+        "step 2 by default, the first after the warm-up of step 1.",
+    )
     alive_check_interval: int = fld(10, category="Cluster", inactive=import_only("Ray reports a dead worker at once; nothing polls"), ge=1, description="Seconds between worker liveness checks.")
     model_download_type: str | None = fld(
         None, category="Model", inactive=import_only("models are never downloaded at run time"), description="Hub a missing model would come from (ROLL compatibility; we never download)."
@@ -1636,7 +1655,8 @@ class PipelineConfig(Section):
                                                         "themselves"),
         description="Offload optimizer state during forward/backward, reload it for the optimizer step.",
     )
-    length_profiler_dir: str | None = fld(None, category="Logging", inactive=planned("profiling"),
+    length_profiler_dir: str | None = fld(None, category="Logging",
+                                          inactive=import_only("lengths and rewards are reported as metrics, not files"),
                                           description="Folder for ROLL's length and reward profiles.")
     model_update_buffer_size_mb: int = fld(
         1024, category="Cluster", inactive=import_only("weights are pushed tensor by tensor"), ge=1,

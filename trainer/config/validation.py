@@ -291,6 +291,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_dynamic_sampling,
         _check_micro_batching,
         _check_lora,
+        _check_profiling,
         _check_suspicious,
         _check_inactive_fields,
         tiny_issues,
@@ -1066,6 +1067,22 @@ def _check_lora(config: PipelineConfig) -> list[ConfigIssue]:
         issues.append(_warning("reference.model_args.lora_target", "no effect: the reference is the frozen base "
                                "model; LoRA adapters train on actor_train and critic"))
     return issues
+
+
+def _check_profiling(config: PipelineConfig) -> list[ConfigIssue]:
+    """profiler_steps is a [first, last] range of steps; one profiling mode at a time (ROLL asserts it); a range
+    that starts after the run's last step would profile nothing (trainer.roles.profiling)."""
+    steps = config.profiler_steps
+    if len(steps) != 2 or not 1 <= steps[0] <= steps[1]:
+        return [_error("profiler_steps", f"{steps} is not a step range: write [first, last] with 1 <= first <= last "
+                       "(e.g. [2, 2] for the second step only)")]
+    if config.profiler_timeline and config.profiler_memory:
+        return [_error("profiler_memory", "profiler_timeline and profiler_memory are both on; ROLL allows one "
+                       "profiling mode at a time: turn one off")]
+    if (config.profiler_timeline or config.profiler_memory) and steps[0] > config.max_steps:
+        return [_error("profiler_steps", f"{steps} starts after the last step (max_steps {config.max_steps}): nothing "
+                       f"would be profiled; e.g. [{config.max_steps}, {config.max_steps}]")]
+    return []
 
 
 def _check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:

@@ -43,6 +43,7 @@ from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProduce
 from trainer.pipeline.ledger import LEDGER_FILE, Ledger
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.models import policy_path
+from trainer.pipeline.profiling import StepProfiler
 from trainer.rollout.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -199,6 +200,7 @@ class RLVRPipeline:
         self.backlog: list[Rollout | PendingBatch] = []  # sync: batches an async checkpoint left drawn
         self.refill_metrics: dict[str, float] = {}  # dynamic sampling's for the batch being trained
         self.watchdog: Watchdog | None = None  # set by the runner: every phase below runs inside watch()
+        self.profiler = StepProfiler(cfg, groups, emitter)  # profiler_timeline / profiler_memory over profiler_steps
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
@@ -229,7 +231,8 @@ class RLVRPipeline:
             while self.step < cfg.max_steps:
                 started = time.perf_counter()
                 step = self.step + 1
-                metrics = self.train_step(step) if self.producer is None else self.async_step(step)
+                with self.profiler.step(step):
+                    metrics = self.train_step(step) if self.producer is None else self.async_step(step)
                 self.step = step
                 if cfg.eval_steps > 0 and self.step % cfg.eval_steps == 0 and self.eval_prompts:
                     with self.watch("eval"):

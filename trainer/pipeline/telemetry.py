@@ -49,6 +49,9 @@ class RunTelemetry:
     def stall(self, data: Mapping[str, Any]) -> None:
         self.emitter.stall(data, self.step)
 
+    def profile(self, data: Mapping[str, Any], step: int) -> None:
+        self.emitter.profile(data, step)
+
     @property
     def attempt(self) -> int:
         return self.emitter.attempt

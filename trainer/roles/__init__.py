@@ -40,6 +40,8 @@ class Role(Protocol):
 
     def load_rng(self, path: str) -> None: ...
 
+    def profile_step(self, step: int | None) -> list[dict[str, Any]]: ...
+
 
 class Trained(Role, Protocol):
     """actor_train and critic: one PPO update per rollout; checkpoints of model, optimizer and RNG."""

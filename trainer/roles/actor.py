@@ -29,6 +29,7 @@ from trainer.roles.common import (
     sampling_temperature,
     seed_training_role,
 )
+from trainer.roles.profiling import profiled
 from trainer.train.base import LossFn, weight_buckets
 from trainer.train.ppo_update import ppo_update
 
@@ -74,11 +75,13 @@ class ActorTrainWorker(TrainedRole):
         # the engine and the HF export get W + scaling · B @ A under the plain names
         self.lora_scaling = lora.lora_scaling(args) if lora.lora_enabled(args) else None
 
+    @profiled
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         chunk = role_section(self.cfg, self.role).infer_batch_size
         return forward_in_chunks(logprobs_fn(self.temperature), self.strategy, batch, chunk,
                                  micro_batching(self.cfg, self.role, "infer"))
 
+    @profiled
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
         return self.update(batch, step, partial(actor_loss, self.cfg, self.temperature))
 

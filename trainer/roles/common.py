@@ -18,6 +18,7 @@ from trainer.config.topology import train_shape
 from trainer.models import lora
 from trainer.models.batch import response_logprobs, split_rows
 from trainer.models.micro_batches import MicroBatching, micro_batch, plan_groups
+from trainer.roles.profiling import ProfiledRole
 from trainer.train import PROCESS_GROUP_STRATEGIES, OptimConfig, TrainStrategy, build_strategy
 from trainer.train.base import StrategyBase, max_over_ranks
 
@@ -101,8 +102,9 @@ def build_train_strategy(cfg: PipelineConfig, role: str, model: nn.Module, rank:
                           strategy_config=strategy_options(section), shape=shape)
 
 
-class RoleBase:
-    """What every role answers: its RNG (each rank its own file, in the role's folder) and a ping."""
+class RoleBase(ProfiledRole):
+    """What every role answers: its RNG (each rank its own file, in the role's folder), a ping, and the
+    profiler's window (trainer.roles.profiling)."""
 
     role: str
     rank: int

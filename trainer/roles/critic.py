@@ -18,6 +18,7 @@ from trainer.roles.common import (
     role_section,
     seed_training_role,
 )
+from trainer.roles.profiling import profiled
 
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
@@ -32,10 +33,12 @@ class CriticWorker(TrainedRole):
         model = ValueModel(load_role_model(cfg, role, training=True))
         self.strategy = build_train_strategy(cfg, role, model, rank, world_size)
 
+    @profiled
     def compute_values(self, batch: dict[str, Tensor]) -> Tensor:
         return forward_in_chunks(response_values, self.strategy, batch, role_section(self.cfg, self.role).infer_batch_size,
                                  micro_batching(self.cfg, self.role, "infer"))
 
+    @profiled
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
         return self.update(batch, step, partial(critic_loss, self.cfg))
 

@@ -20,6 +20,7 @@ from trainer.roles.common import (
     sampling_temperature,
     strategy_options,
 )
+from trainer.roles.profiling import profiled
 from trainer.train import build_forward_strategy
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class ReferenceWorker(RoleBase):
                                                strategy_config=strategy_options(section))
         self.temperature = sampling_temperature(cfg)
 
+    @profiled
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
         chunk = role_section(self.cfg, self.role).infer_batch_size
         return forward_in_chunks(logprobs_fn(self.temperature), self.strategy, batch, chunk,

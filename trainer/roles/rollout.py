@@ -11,6 +11,7 @@ from torch import Tensor
 
 from trainer.config import topology
 from trainer.roles.common import RoleBase, device, load_role_model, model_path, role_section
+from trainer.roles.profiling import profiled
 from trainer.rollout.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class ActorInferWorker(RoleBase):
                 f"{role}.strategy_args.strategy_name: {name!r} is not available in this build; valid: hf_infer, vllm"
             )
 
+    @profiled
     def generate(self, batch: dict[str, Any], params: SamplingParams) -> list[Generation]:
         """Generate for this rank's prompt shard; the seed is offset by rank so shards differ."""
         if params.seed is not None and self.rank:

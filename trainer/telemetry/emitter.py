@@ -73,6 +73,9 @@ class EventEmitter:
     def stall(self, data: Mapping[str, Any], step: int) -> Event:
         return self.emit("stall", ev.stall_data(data), step)
 
+    def profile(self, data: Mapping[str, Any], step: int) -> Event:
+        return self.emit("profile", ev.profile_data(data), step)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()

@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 EVENT_VERSION = 1
-EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume", "stall"]
+EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume", "stall",
+                    "profile"]
 EVENT_TYPES: tuple[str, ...] = ("status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume",
-                                "stall")
+                                "stall", "profile")
 STALL_STATES: tuple[str, ...] = ("stalled", "recovered")
+# a profile file (trainer.roles.profiling): a torch.profiler timeline, or a memory profile (CUDA: a snapshot)
+PROFILE_KINDS: tuple[str, ...] = ("timeline", "memory")
+PROFILE_FORMATS: tuple[str, ...] = ("chrome_trace_gz", "cuda_memory_snapshot")
 RUN_STATES: tuple[str, ...] = ("starting", "running", "succeeded", "failed", "cancelled")
 CHECKPOINT_CONTENTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng", "data")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -126,6 +130,19 @@ class StallData(TypedDict):
     file: NotRequired[str]  # the stall's text file, relative to the run directory
 
 
+class ProfileData(TypedDict):
+    """One file of the profiler (profiler_timeline / profiler_memory, trainer.roles.profiling) of one compute call
+    of the event's step: which role, rank and call, what it holds and where (absolute, inside the run directory)."""
+
+    path: str
+    size_bytes: int
+    role: str
+    rank: int
+    call: str  # the role's method: train_step, compute_log_probs, compute_values, generate
+    kind: str  # PROFILE_KINDS
+    format: str  # PROFILE_FORMATS
+
+
 class ResumeData(TypedDict):
     """What a resumed attempt restored (trainer.pipeline.resume_report): `ok` false names, in `problems`,
     what does not add up; the attempt then fails instead of training on."""
@@ -140,6 +157,7 @@ class ResumeData(TypedDict):
 FINGERPRINT_KEYS: tuple[str, ...] = ("packages", "policylab", "hardware", "config_hash", "data")
 RESUME_KEYS: tuple[str, ...] = ("ok", "problems", "checkpoint", "step")
 STALL_KEYS: tuple[str, ...] = ("state", "phase", "elapsed_s")
+PROFILE_KEYS: tuple[str, ...] = ("path", "size_bytes", "role", "rank", "call", "kind", "format")
 
 
 # Required keys of a RolloutSample (spelled out: with postponed annotations TypedDict cannot see NotRequired).
@@ -320,6 +338,16 @@ def stall_data(data: Mapping[str, Any]) -> StallData:
     if data["state"] not in STALL_STATES:
         raise ValueError(f"stall: state {data['state']!r}; valid: {', '.join(STALL_STATES)}")
     return dict(data)  # type: ignore[return-value]
+
+
+def profile_data(data: Mapping[str, Any]) -> ProfileData:
+    missing = [k for k in PROFILE_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"profile: missing {', '.join(missing)}")
+    if data["kind"] not in PROFILE_KINDS or data["format"] not in PROFILE_FORMATS:
+        raise ValueError(f"profile: kind {data['kind']!r} / format {data['format']!r}; valid: "
+                         f"{', '.join(PROFILE_KINDS)} / {', '.join(PROFILE_FORMATS)}")
+    return {k: data[k] for k in PROFILE_KEYS}  # type: ignore[return-value]
 
 
 def make_event(type: str, *, run_id: str, attempt: int, seq: int, step: int, data: Mapping[str, Any],

@@ -237,20 +237,23 @@ function onSnapshot(snap) {
 }
 
 function onEvents(events, run) {
+  const sections = new Set(); // server-rendered sections to fetch again: once for a burst of their events
   for (const e of events) {
     if (e.type === "metrics") addPoints(e);
     else if (e.type === "system") addSystemPoints(e);
     else if (e.type === "rollouts") renderRollouts(e.data.samples || [], e.step);
     else if (e.type === "log") appendLogs((e.data.lines || []).map((text, i) => ({ seq: e.seq, line_no: i, text, level: e.data.level })));
     else if (e.type === "checkpoint" && e.data.checkpoints) setCheckpoints(e.data.checkpoints);
-    else if (e.type === "fingerprint" || e.type === "resume") refreshSection("attempt-records");
-    else if (e.type === "stall") refreshSection("run-stalls");
+    else if (e.type === "fingerprint" || e.type === "resume") sections.add("attempt-records");
+    else if (e.type === "stall") sections.add("run-stalls");
+    else if (e.type === "profile") sections.add("run-profiles");
   }
+  sections.forEach(refreshSection);
   showState(run);
 }
 
-// An attempt's fingerprint or resume report, or a stall, arrived: the server renders that section again (it
-// is stored before it is published), and the page takes it in place of its own.
+// An attempt's fingerprint or resume report, a stall, or a profiler file arrived: the server renders that section
+// again (it is stored before it is published), and the page takes it in place of its own.
 async function refreshSection(id) {
   const response = await fetch(location.pathname, { headers: { Accept: "text/html" } });
   if (!response.ok) return;

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from policylab.accounts.models import ApiToken, Team
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
-from policylab.tracking.selectors import attempt_records, run_stalls
+from policylab.tracking.selectors import attempt_records, run_profiles, run_stalls
 
 
 @extend_schema_field({"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "string"}]})
@@ -159,15 +159,35 @@ class StallOut(serializers.Serializer):
     open = serializers.BooleanField(help_text="the latest attempt is stalled now")
 
 
+class ProfileOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    step = serializers.IntegerField()
+    role = serializers.CharField()
+    rank = serializers.IntegerField()
+    call = serializers.CharField(help_text="the role's method: train_step, compute_log_probs, compute_values, generate")
+    kind = serializers.CharField(help_text="timeline (torch.profiler) or memory (profiler_memory)")
+    format = serializers.CharField(help_text="chrome_trace_gz (ui.perfetto.dev, chrome://tracing) or "
+                                   "cuda_memory_snapshot (pytorch.org/memory_viz)")
+    size_bytes = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    name = serializers.CharField(help_text="the file's name")
+    path = serializers.CharField(help_text="the file, relative to the run directory")
+    download_url = serializers.SerializerMethodField()
+
+    def get_download_url(self, profile: dict) -> str:
+        return reverse("tracking:profile_download", args=[self.context["run_id"], profile["id"]])
+
+
 class RunDetailSerializer(RunSerializer):
-    """A run with what each attempt ran on and resumed (tracking's AttemptRecord), newest attempt first, and
-    the watchdog's stalls, newest first."""
+    """A run with what each attempt ran on and resumed (tracking's AttemptRecord), newest attempt first, the
+    watchdog's stalls, newest first, and the profiler's files (profiler_timeline / profiler_memory) by step."""
 
     attempt_records = serializers.SerializerMethodField()
     stalls = serializers.SerializerMethodField()
+    profiles = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "attempt_records", "stalls"]
+        fields = [*RunSerializer.Meta.fields, "attempt_records", "stalls", "profiles"]
         read_only_fields = fields
 
     @extend_schema_field(AttemptRecordOut(many=True))
@@ -177,6 +197,10 @@ class RunDetailSerializer(RunSerializer):
     @extend_schema_field(StallOut(many=True))
     def get_stalls(self, run: Run) -> list[dict]:
         return StallOut(run_stalls(run), many=True).data
+
+    @extend_schema_field(ProfileOut(many=True))
+    def get_profiles(self, run: Run) -> list[dict]:
+        return ProfileOut(run_profiles(run), many=True, context={"run_id": run.pk}).data
 
 
 class ExperimentSerializer(serializers.ModelSerializer):

@@ -39,6 +39,7 @@ from policylab.tracking.models import (
     MetricPoint,
     MetricSummary,
     RolloutSample,
+    RunProfile,
     RunStall,
     SystemPoint,
 )
@@ -93,6 +94,7 @@ class RunBatch:
     # (attempt, "fingerprint" | "resume") -> (seq, data): the newest of each per attempt
     attempt_facts: dict[tuple[int, str], tuple[int, dict[str, Any]]] = field(default_factory=dict)
     stall_events: list[dict[str, Any]] = field(default_factory=list)  # the watchdog's, in seq order
+    profiles: dict[tuple[str], RunProfile] = field(default_factory=dict)  # (path,) -> row: the profiler's files
 
     def add(self, run_id: int, event: dict[str, Any]) -> None:
         """Build the rows of one event; within a batch the larger seq wins on a shared unique key."""
@@ -132,6 +134,9 @@ class RunBatch:
             self.attempt_facts[(attempt, kind)] = (seq, storable_json(data))
         elif kind == "stall":
             self.stall_events.append(event)
+        elif kind == "profile":
+            row = profile_row(data, step, time, common)
+            self.profiles[(row.path,)] = row
         elif kind == "status":
             last = self.status_events[-1] if self.status_events else None
             if last is not None and (last["attempt"], last["data"].get("state")) == (attempt, data.get("state")):
@@ -141,7 +146,7 @@ class RunBatch:
 
 
 ATTEMPT_FACTS = ("fingerprint", "resume")  # event types stored whole on the attempt's AttemptRecord
-PAGE_RENDERED = (*ATTEMPT_FACTS, "stall")  # event types whose run-page section the server renders
+PAGE_RENDERED = (*ATTEMPT_FACTS, "stall", "profile")  # event types whose run-page section the server renders
 
 
 def storable_json(value: Any) -> Any:
@@ -192,6 +197,19 @@ def store_stalls(run_id: int, stall_events: Sequence[dict[str, Any]]) -> None:
             "on_stall": str(data.get("on_stall", ""))[:32], "waiting": data.get("waiting") or [],
             "stacks": redact_credentials(str(data.get("stacks", ""))), "file": str(data.get("file", ""))[:512],
         })
+
+
+def profile_row(data: Mapping[str, Any], step: int, time: float, common: dict) -> RunProfile:
+    """A RunProfile of a `profile` event's data (trainer.telemetry.events.ProfileData); odd values stored as
+    harmless ones: the path is only ever served from inside the run directory (selectors.profile_file)."""
+    def number(name: str) -> int:
+        value = data.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX else 0
+
+    return RunProfile(path=storable(data.get("path", ""))[:1000], step=step, role=storable(data.get("role", ""))[:32],
+                      rank=number("rank"), call=storable(data.get("call", ""))[:64],
+                      kind=storable(data.get("kind", ""))[:16], format=storable(data.get("format", ""))[:32],
+                      size_bytes=number("size_bytes"), time=datetime.fromtimestamp(time, tz=UTC), **common)
 
 
 def storable(text: Any) -> str:
@@ -351,11 +369,22 @@ def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
     LogLine.objects.bulk_create(batch.logs, batch_size=2000, ignore_conflicts=True)
     store_attempt_facts(run_id, batch.attempt_facts)
     store_stalls(run_id, batch.stall_events)
+    store_profiles(run_id, batch.profiles, cursor)
     if batch.checkpoints:
         mirror_retention(run_id)
     for event in batch.status_events:
         if event["seq"] > cursor.last_seq:  # a replayed status is history, not news
             apply_status(run_id, event)
+
+
+def store_profiles(run_id: int, profiles: dict[tuple[str], RunProfile], cursor: IngestCursor) -> None:
+    """One row per profiler file (its path): a replayed older event never overwrites a newer attempt's row."""
+    min_seq = min([row.seq for row in profiles.values()] + [cursor.last_seq + 1])
+    rows = (drop_stale(profiles, RunProfile, run_id, ("path",), min_seq) if min_seq <= cursor.last_seq
+            else list(profiles.values()))
+    RunProfile.objects.bulk_create(rows, update_conflicts=True, unique_fields=["run", "path"],
+                                   update_fields=["step", "role", "rank", "call", "kind", "format", "size_bytes",
+                                                  "attempt", "seq", "time"])
 
 
 SUMMARY_FIELDS = ["points", "last_step", "last_value", "min_value", "max_value", "first_time"]
@@ -522,7 +551,7 @@ def live_event(event: dict[str, Any], run_dir: Path | None = None) -> dict[str, 
     elif event["type"] in PAGE_RENDERED:
         # the page asks the server for the section again (paths shown relative, credentials redacted there):
         # stacks, package lists and data hashes need not cross the websocket
-        data = {k: data[k] for k in ("state", "phase", "ok") if k in data}
+        data = {k: data[k] for k in ("state", "phase", "ok", "role", "kind") if k in data}
     slim["data"] = data
     return slim
 

@@ -216,3 +216,29 @@ class RunStall(models.Model):
 
     def __str__(self) -> str:
         return f"stall of run {self.run_id} in {self.phase} (attempt {self.attempt})"
+
+
+class RunProfile(models.Model):
+    """A profiler file of a run (the trainer's `profile` events, trainer.roles.profiling): a torch.profiler trace or
+    a CUDA memory snapshot of one compute call of one rank at one step. Keyed by its path: a replayed event, or a
+    resumed attempt that profiles the same step again (and overwrites the file), updates the one row."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="profiles")
+    path = models.CharField(max_length=1000, help_text="as the trainer wrote it; served only from the run directory")
+    step = models.BigIntegerField()
+    role = models.CharField(max_length=32)
+    rank = models.PositiveIntegerField(default=0)
+    call = models.CharField(max_length=64, help_text="the role's method: train_step, compute_log_probs, …")
+    kind = models.CharField(max_length=16, help_text="timeline | memory")
+    format = models.CharField(max_length=32, help_text="chrome_trace_gz | cuda_memory_snapshot")
+    size_bytes = models.BigIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=1)
+    seq = models.BigIntegerField()
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ["run", "step", "role", "rank", "call"]
+        constraints = [models.UniqueConstraint(fields=["run", "path"], name="unique_run_profile_path")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of {self.role} rank {self.rank} {self.call} at step {self.step} of run {self.run_id}"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.db.models import (
     Count,
@@ -41,6 +43,7 @@ from policylab.tracking.models import (
     MetricPoint,
     MetricSummary,
     RolloutSample,
+    RunProfile,
     RunStall,
     SystemPoint,
 )
@@ -664,3 +667,46 @@ def run_stalls(run: Run) -> list[dict[str, Any]]:
              "file": s.file, "recovered_after_s": s.recovered_after_s,
              "open": active and s.attempt == latest and s.recovered_after_s is None}
             for s in RunStall.objects.filter(run=run).order_by("-seq")]
+
+
+def run_profiles(run: Run) -> list[dict[str, Any]]:
+    """The run's profiler files (RunProfile) by step, role, rank and call, as the run page lists them: the file's
+    name, its folder relative to the run directory, and what it holds."""
+    return [{"id": p.pk, "step": p.step, "role": p.role, "rank": p.rank, "call": p.call, "kind": p.kind,
+             "format": p.format, "size_bytes": p.size_bytes, "attempt": p.attempt, "name": Path(p.path).name,
+             "path": path_in_run(p.path, run.run_dir)}
+            for p in RunProfile.objects.filter(run=run).order_by("step", "role", "rank", "call", "path")]
+
+
+def open_profile(user: Any, run_id: int, profile_id: int) -> tuple[BinaryIO, str] | None:
+    """The profiler file `profile_id` of one of the user's runs, open for reading, and its name; None when the run
+    is not the user's teams', the row is not the run's, or the file is not a regular file inside the run's own
+    directory (symlinks resolved): the path an event named is never trusted, and the request names none."""
+    profile = (RunProfile.objects.filter(pk=profile_id, run_id=run_id, run__in=runs_for(user))
+               .select_related("run").first())
+    if profile is None:
+        return None
+    path = file_in_run(profile.path, profile.run.run_dir)
+    return None if path is None else open_regular_file(path)
+
+
+def file_in_run(path: str, run_dir: Path) -> Path | None:
+    """`path` (relative ones taken from `run_dir`), symlinks resolved, when it lies inside `run_dir`; else None."""
+    try:
+        root = run_dir.resolve()
+        resolved = (root / path).resolve() if path else root
+    except (OSError, ValueError):
+        return None
+    return resolved if resolved != root and resolved.is_relative_to(root) else None
+
+
+def open_regular_file(path: Path) -> tuple[BinaryIO, str] | None:
+    """`path` opened without following a last-moment symlink, when it is a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb"), path.name

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_GET
 
 from policylab.accounts.scoping import can_write
 from policylab.experiments import statuses
@@ -46,6 +47,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "phases": [*statuses.PROGRESS, "finished"],
             "attempt_records": selectors.attempt_records(run),
             "stalls": selectors.run_stalls(run),
+            "profiles": selectors.run_profiles(run),
         },
     )
 
@@ -57,6 +59,17 @@ def full_log(request: HttpRequest, run_id: int) -> HttpResponse:
     texts = selectors.log_lines(run).values_list("text", flat=True).iterator(chunk_size=5000)
     return HttpResponse("".join(f"{selectors.log_text(text, run.run_dir)}\n" for text in texts),
                         content_type="text/plain; charset=utf-8")
+
+
+@login_required
+@require_GET
+def profile_download(request: HttpRequest, run_id: int, profile_id: int) -> FileResponse:
+    """A profiler file of the run (a trace or a memory snapshot) as a download, read from the run's own directory."""
+    found = selectors.open_profile(request.user, run_id, profile_id)
+    if found is None:
+        raise Http404(f"no profiler file {profile_id} of run {run_id} in your teams")
+    handle, name = found
+    return FileResponse(handle, as_attachment=True, filename=name)
 
 
 @login_required

@@ -109,7 +109,7 @@ def test_the_status_mechanism_is_not_vacuous() -> None:
 
 @pytest.mark.parametrize(("path", "value", "words"), [
     ("l2", 0.1, ["no effect", "weight_decay"]),
-    ("profiler_timeline", True, ["not built yet", "profiling"]),
+    ("actor_train.model_args.ulysses_size", 2, ["not built yet", "Ulysses"]),
     ("actor_train.training_args.num_train_epochs", 3.0, ["no effect", "max_steps"]),
     ("actor_infer.model_update_frequency", 2, ["no effect"]),
 ])

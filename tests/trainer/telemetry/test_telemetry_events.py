@@ -56,6 +56,20 @@ def test_emitter_payload_validation(tmp_path: Path) -> None:
     assert events[2]["data"] == {"level": "info", "lines": ["line one", "line two"]}
 
 
+def test_a_profile_event_names_its_file_and_what_it_holds(tmp_path: Path) -> None:
+    data = {"path": str(tmp_path / "profiles" / "step_2" / "critic_rank1_train_step.pt.trace.json.gz"),
+            "size_bytes": 5, "role": "critic", "rank": 1, "call": "train_step", "kind": "timeline",
+            "format": "chrome_trace_gz"}
+    with EventEmitter("r", 1, [JsonlSink(tmp_path / "events.jsonl")]) as emitter:
+        emitter.profile({**data, "extra": "dropped"}, step=2)
+        with pytest.raises(ValueError, match=r"profile: missing rank"):
+            emitter.profile({k: v for k, v in data.items() if k != "rank"}, step=2)
+        with pytest.raises(ValueError, match=r"profile: kind 'flame'"):
+            emitter.profile({**data, "kind": "flame"}, step=2)
+    [event] = read_events(tmp_path / "events.jsonl")
+    assert (event["type"], event["step"], event["data"]) == ("profile", 2, data)
+
+
 def test_seq_continues_across_attempts_and_survives_a_torn_line(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     with EventEmitter("run-a", 1, [JsonlSink(path)]) as first:

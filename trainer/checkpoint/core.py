@@ -160,26 +160,3 @@ def load_rank_rng(directory: Path, rank: int, world_size: int) -> None:
     if not file.exists():
         raise FileNotFoundError(f"{file} missing: was this checkpoint saved with world_size={world_size}?")
     set_rng_state(torch.load(file, weights_only=True))
-
-
-def train_progress(strategy: Any) -> dict[str, int | None]:
-    """A training strategy's optimizer and scheduler step counts (after a load: what it restored), for the
-    resume report. The optimizer's counts updates applied (a skipped inf/NaN update is not one), the
-    scheduler's every step; None where a strategy keeps no such count."""
-    engine = getattr(strategy, "engine", None)  # deepspeed_train: the engine owns both counts
-    scheduler = getattr(strategy, "scheduler", None) or getattr(engine, "lr_scheduler", None)
-    optimizer_step: int | None = None
-    try:
-        if engine is not None and hasattr(engine, "global_steps"):
-            optimizer_step = int(engine.global_steps)
-        else:
-            for state in getattr(getattr(strategy, "optimizer", None), "state", {}).values():
-                if isinstance(state, Mapping) and state.get("step") is not None:
-                    optimizer_step = int(state["step"])
-                    break
-            else:
-                optimizer_step = 0 if getattr(strategy, "optimizer", None) is not None else None
-    except (TypeError, ValueError, RuntimeError):
-        optimizer_step = None
-    last = getattr(scheduler, "last_epoch", None)
-    return {"optimizer_step": optimizer_step, "scheduler_step": int(last) if isinstance(last, int) else None}

@@ -36,8 +36,12 @@ def load_model(
     """AutoModelForCausalLM from a local HF directory (nothing is downloaded).
 
     `config_overrides` replace entries of the model's config.json (model_args.model_config_kwargs);
-    `attn_implementation` picks the attention kernel ("fa2" is flash_attention_2)."""
+    `attn_implementation` picks the attention kernel ("fa2" is flash_attention_2). No progress bar: every
+    rank of every role loads a model, and their bars only flood the run's log (Ray forwards them late)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     kwargs: dict[str, Any] = dict(config_overrides or {})
     torch_dtype = resolve_dtype(dtype)

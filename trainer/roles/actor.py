@@ -14,7 +14,6 @@ from torch import Tensor, nn
 from trainer.algorithms import kl as kl_algos
 from trainer.algorithms import policy_loss as pl
 from trainer.algorithms.aggregation import LossAgg
-from trainer.checkpoint.core import train_progress
 from trainer.config.topology import train_shape
 from trainer.models import lora
 from trainer.models.batch import response_logits, token_logprobs
@@ -59,7 +58,7 @@ class TrainedRole(RoleBase):
     def load_checkpoint(self, path: str) -> dict[str, int | None]:
         """Restore the strategy; returns the optimizer and scheduler steps it restored (the resume report)."""
         self.strategy.load_checkpoint(Path(path) / self.role / "strategy")
-        return train_progress(self.strategy)
+        return self.strategy.progress()
 
 
 class ActorTrainWorker(TrainedRole):

@@ -120,6 +120,11 @@ class TrainStrategy(ForwardStrategy, Protocol):
 
     def load_checkpoint(self, path: Path) -> None: ...
 
+    def progress(self) -> dict[str, int | None]:
+        """{"optimizer_step": updates applied, "scheduler_step": the LR schedule's position} (None where
+        the strategy keeps no such count): what a resume report says the load restored."""
+        ...
+
 
 @dataclass(frozen=True)
 class DataParallel:
@@ -210,6 +215,10 @@ class TrainStrategyBase(StrategyBase):
 
     def backward(self, loss: Tensor, last: bool) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def progress(self) -> dict[str, int | None]:
+        steps = [int(state["step"]) for state in self.optimizer.state.values() if state.get("step") is not None]
+        return {"optimizer_step": max(steps, default=0), "scheduler_step": int(self.scheduler.last_epoch)}
 
 
 def require_same_micro_batch_count(name: str, count: int) -> None:

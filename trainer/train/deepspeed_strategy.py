@@ -211,6 +211,10 @@ class DeepSpeedStrategy(StrategyBase):
             skipped = not self.engine.was_step_applied()
         return {"grad_norm": float(grad_norm), "lr": float(lr), "update_skipped": float(skipped)}
 
+    def progress(self) -> dict[str, int | None]:
+        """The engine's applied updates; the LR schedule follows optimizer_steps (skipped updates included)."""
+        return {"optimizer_step": int(self.engine.global_steps), "scheduler_step": self.optimizer_steps}
+
     def forward_model(self) -> nn.Module:
         return self.engine
 

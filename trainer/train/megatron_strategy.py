@@ -645,6 +645,11 @@ class MegatronStrategy(_MegatronModel):
             self.optimizer.step_with_ready_grads()
         return {"grad_norm": grad_norm, "lr": float(lr), "update_skipped": float(skipped)}
 
+    def progress(self) -> dict[str, int | None]:
+        """The LR schedule's position (optimizer_steps, skipped updates included); megatron's optimizer keeps
+        no count of applied updates this strategy reads."""
+        return {"optimizer_step": None, "scheduler_step": self.optimizer_steps}
+
     def full_state_dict(self) -> dict[str, Tensor]:
         self._sync_params()
         return super().full_state_dict()

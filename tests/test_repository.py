@@ -161,3 +161,10 @@ def test_batch_arithmetic_lives_only_in_the_topology_module() -> None:
         if arithmetic.search(line)
     ]
     assert offenders == []
+
+
+def test_test_files_have_unique_names() -> None:
+    """Test folders are not packages, so pytest imports each test file by its basename: two files of one name
+    (tests/e2e/x.py, tests/platform/x.py) stop the collection of the whole suite."""
+    names = [path.name for path in (REPO_ROOT / "tests").rglob("test_*.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []

@@ -10,13 +10,14 @@ phases running now and compares each with its bound, learned from the run's own 
 
 An overrun is reported once (`Stall`: the phase, how long it has run, its bound, the worker ranks that
 have not answered, and the Python stacks of the driver and of those ranks), then acted on as
-`on_stall` says: `wait` keeps waiting; `fail` and `restart_from_checkpoint` end the attempt (the main
-thread is interrupted; if it does not stop within `grace_s`, the process exits). A stalled phase that
+`on_stall` says: `wait` keeps waiting; `fail` and `restart_from_checkpoint` end the attempt (the thread
+that runs the pipeline is interrupted; if it does not stop within `grace_s`, the process exits). A stalled phase that
 ends after all is reported as recovered, and its duration does not enter the history.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -43,7 +44,7 @@ STACK_BYTES = 64_000  # per process: a stack dump of a few hundred threads still
 class Stalled(BaseException):
     """The attempt ends because a phase stalled (on_stall: fail or restart_from_checkpoint); `retry`
     tells the supervisor whether a new attempt should resume from the last checkpoint. A BaseException,
-    like KeyboardInterrupt: raised inside whatever the main thread was running, it must pass through
+    like KeyboardInterrupt: raised inside whatever the run's thread was running, it must pass through
     the `except Exception` of the code it interrupts."""
 
     def __init__(self, message: str, *, retry: bool) -> None:
@@ -249,42 +250,56 @@ def process_stacks(pid: int, timeout_s: float = 20.0) -> str:
     return text[-STACK_BYTES:]
 
 
-class MainThreadInterrupt:
-    """Raise an exception in the main thread from another one: a signal wakes the main thread from a
-    sleep or a bounded wait, and its handler raises what `raise_in_main` left. Built in the main thread
-    (only it may install a signal handler); `close()` puts the previous handler back."""
+class RunThreadInterrupt:
+    """Raise `Stalled` in the thread that runs the pipeline (the one that built this), from the watchdog's.
+
+    In the main thread a signal (SIGUSR2) wakes it from a sleep or a bounded wait and the handler raises;
+    `close()` puts the previous handler back. In another thread (an in-process caller: a test, a notebook),
+    where no signal handler can be set, CPython's asynchronous exception is raised at its next bytecode: a
+    worker-group wait returns to Python within a second, a C call that never returns is the grace period's."""
 
     def __init__(self) -> None:
-        self.pending: BaseException | None = None
-        self.previous = signal.signal(signal.SIGUSR2, self._handler)
+        self.thread = threading.current_thread()
+        self.by_signal = self.thread is threading.main_thread()
+        self.pending: Stalled | None = None
+        self.previous = signal.signal(signal.SIGUSR2, self._handler) if self.by_signal else None
 
     def _handler(self, signum: int, frame: Any) -> None:
         exc, self.pending = self.pending, None
         if exc is not None:
             raise exc
 
-    def raise_in_main(self, exc: BaseException) -> None:
-        self.pending = exc
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR2)
+    def raise_in_run(self, message: str, *, retry: bool) -> None:
+        if self.by_signal:
+            self.pending = Stalled(message, retry=retry)
+            signal.pthread_kill(self.thread.ident, signal.SIGUSR2)
+            return
+
+        class StalledHere(Stalled):  # the async exception is raised as a class, built without arguments
+            def __init__(self) -> None:
+                super().__init__(message, retry=retry)
+
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), ctypes.py_object(StalledHere))
 
     def close(self) -> None:
-        signal.signal(signal.SIGUSR2, self.previous)
+        if self.by_signal:
+            signal.signal(signal.SIGUSR2, self.previous)
 
 
-def end_attempt(watchdog: Watchdog, interrupt: MainThreadInterrupt, stall: Stall, *, retry: bool, grace_s: float,
+def end_attempt(watchdog: Watchdog, interrupt: RunThreadInterrupt, stall: Stall, *, retry: bool, grace_s: float,
                 exit_code: int, before_exit: Callable[[], None]) -> None:
-    """on_stall fail / restart_from_checkpoint: `Stalled` in the main thread; if the stalled phase is
+    """on_stall fail / restart_from_checkpoint: `Stalled` in the run's thread; if the stalled phase is
     still running `grace_s` later (a call that never returns to Python) and the watchdog was not
     stopped, `before_exit()` and leave the process with `exit_code`."""
     then = ("the run resumes from its latest checkpoint in a new attempt" if retry
             else "the attempt fails without a retry")
     message = f"{stall.summary()} (on_stall: {'restart_from_checkpoint' if retry else 'fail'}: {then})"
-    interrupt.raise_in_main(Stalled(message, retry=retry))
+    interrupt.raise_in_run(message, retry=retry)
 
     def last_resort() -> None:
         if watchdog.stop_event.wait(grace_s) or not watchdog.still_stalled(stall):
             return
-        print(f"training failed: Stalled: {message} (the main thread did not stop within {grace_s:g} s)",
+        print(f"training failed: Stalled: {message} (the run's thread did not stop within {grace_s:g} s)",
               file=sys.stderr, flush=True)
         before_exit()
         os._exit(exit_code)
@@ -311,11 +326,11 @@ def bounds_of(config: WatchdogConfig) -> Bounds:
 
 
 def start_watchdog(config: WatchdogConfig, emitter: Any, groups: Mapping[str, Any], run_dir: Path, *,
-                   log: Callable[[str], None], exit_codes: Mapping[bool, int]) -> tuple[Watchdog, MainThreadInterrupt]:
+                   log: Callable[[str], None], exit_codes: Mapping[bool, int]) -> tuple[Watchdog, RunThreadInterrupt]:
     """The run's watchdog, started: a stall becomes a `stall` event (summary, ranks, stacks) and a file
     under <run_dir>/stalls/, and ends the attempt when on_stall says so (`exit_codes[retry]` is the
-    process's exit code when the main thread cannot be stopped). Call from the main thread."""
-    interrupt = MainThreadInterrupt()
+    process's exit code when the run's thread cannot be stopped). Call from the thread that runs the pipeline."""
+    interrupt = RunThreadInterrupt()
     counter = iter(range(1, 1_000_000))
 
     def report(stall: Stall) -> None:

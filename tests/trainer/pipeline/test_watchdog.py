@@ -120,6 +120,32 @@ def test_a_reward_that_sleeps_past_its_bound_is_reported_with_its_stack_and_on_s
     assert failed["message"].startswith("Stalled: phase reward has run") and "without a retry" in failed["message"]
 
 
+def test_on_stall_fail_ends_a_run_that_an_in_process_caller_runs_in_another_thread(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """Off the main thread no signal handler can be set (a test or a notebook runs the trainer in a thread):
+    the watchdog raises Stalled there as CPython's asynchronous exception, at the reward's next bytecode."""
+    import threading
+
+    import trainer.roles.reward as reward_role
+
+    def score(prompts, responses, samples):
+        if score.calls == 2:
+            for _ in range(36_000):  # an hour, in Python: the asynchronous exception lands between sleeps
+                time.sleep(0.1)
+        score.calls += 1
+        return [0.0] * len(responses)
+
+    score.calls = 0
+    monkeypatch.setattr(reward_role, "build_reward_fn", lambda cfg: score)
+    out, result = tmp_path / "run", {}
+    thread = threading.Thread(target=lambda: result.update(code=run_local(load_cfg(out, *WATCH, "watchdog.on_stall=fail"))))
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and result["code"] == 3
+    [stall] = stall_events(out)
+    assert stall["phase"] == "reward" and "in score" in stall["summary"]
+
+
 def test_on_stall_wait_reports_the_stall_and_its_end_and_the_run_goes_on(tmp_path: Path, hanging_reward) -> None:
     hanging_reward(2.5)
     out = tmp_path / "run"

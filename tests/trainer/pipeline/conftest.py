@@ -88,3 +88,17 @@ def cli(args: Sequence[str], env: dict[str, str] | None = None, timeout: float =
 
     return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    """A tiny Qwen2 (seed 3) in eval mode, for the tests that compare the loop's loss with its formula."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    from trainer.models.tiny import build_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_tiny_model(Path(tmp), seed=3)
+        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()

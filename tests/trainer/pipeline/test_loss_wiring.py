@@ -19,19 +19,6 @@ TEMPERATURE = 1.0
 
 
 @pytest.fixture(scope="module")
-def model():
-    import tempfile
-
-    from transformers import AutoModelForCausalLM
-
-    from trainer.models.tiny import build_tiny_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_model(Path(tmp), seed=3)
-        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
-
-
-@pytest.fixture(scope="module")
 def micro(model) -> dict[str, torch.Tensor]:
     """Two prompts × two responses; old log-probs shifted so that ratios spread over [0.6, 1.7],
     beyond every clip range used below on both sides, with advantages of both signs."""

@@ -19,19 +19,6 @@ TEMPERATURE = 1.0
 
 
 @pytest.fixture(scope="module")
-def model():
-    import tempfile
-
-    from transformers import AutoModelForCausalLM
-
-    from trainer.models.tiny import build_tiny_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_model(Path(tmp), seed=3)
-        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
-
-
-@pytest.fixture(scope="module")
 def micro(model) -> dict[str, torch.Tensor]:
     """Two positive and two negative samples; ratios exp(−shift) spread over [0.6, 1.7], so some
     negative tokens have ratios above 1 (truncated) and some below."""

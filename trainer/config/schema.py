@@ -293,6 +293,54 @@ class SyntheticData(Section):
     )
 
 
+class DatasetFilter(Section):
+    """ROLL's `dataset_filter` (its DatasetFilterConfig): which training rows are kept when the data is loaded."""
+
+    source: str | None = fld(
+        None, category="Data",
+        description="Value of the rows' `source` column the filter applies to; rows of other sources are kept "
+        "as they are. Unset: every row.",
+    )
+    min_difficulty: float | None = fld(
+        None, category="Data",
+        description="Keep rows whose `difficulty` column is >= this (inclusive); rows without a difficulty "
+        "value are dropped when a bound is set. Unset: no lower bound.",
+    )
+    max_difficulty: float | None = fld(
+        None, category="Data",
+        description="Keep rows whose `difficulty` column is <= this (inclusive). Unset: no upper bound.",
+    )
+    num_samples: int = fld(
+        0, category="Data", ge=0,
+        description="Keep at most this many of the rows that pass, the first ones in file order; 0 keeps all.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> DatasetFilter:
+        low, high = self.min_difficulty, self.max_difficulty
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"min_difficulty {low} is above max_difficulty {high}: no row could pass; "
+                             "set min_difficulty <= max_difficulty")
+        return self
+
+
+def check_domain_probs(probs: dict[str, float] | None) -> dict[str, float] | None:
+    """domain_interleave_probs: a non-empty mapping of probabilities in (0, 1] that sum to 1."""
+    if probs is None:
+        return None
+    if not probs:
+        raise ValueError("no domain listed; list each domain's share of a rollout batch, e.g. "
+                         "{math_rule: 0.5, code_sandbox: 0.5}, or leave it unset")
+    bad = {domain: p for domain, p in probs.items() if not 0 < p <= 1}
+    if bad:
+        raise ValueError(f"{', '.join(f'{d}: {p}' for d, p in bad.items())}: each probability must be in (0, 1]")
+    total = sum(probs.values())
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"the probabilities sum to {total:g}; they must sum to 1 "
+                         f"({', '.join(f'{d}: {p}' for d, p in probs.items())})")
+    return probs
+
+
 def template_error(name: str) -> str:
     """Why `name` is not a prompt template here, with the valid names."""
     hint = (" (vision-language templates are not built: the pipelines feed text prompts)"
@@ -350,7 +398,12 @@ class DataArgs(Section):
         "leave the sample out (counted in one warning), or report an error.",
     )
     domain_interleave_probs: dict[str, float] | None = fld(
-        None, category="Data", inactive=planned("domain-interleaved sampling"), description="Sampling probability of each domain tag inside one rollout batch."
+        None, category="Data",
+        description="Share of each domain in every rollout batch (actor_train only; ROLL's rounding: "
+        "floor(p x rollout_batch_size) prompts for each domain but the last listed, which takes the rest). "
+        "Each domain is its own stream over its prompts (reshuffled each pass with shuffle), resumed exactly. "
+        "A row's domain: its `domain` column, else the "
+        "reward whose tag_included routes its tag, else its tag; rows of unlisted domains are never drawn.",
     )
     shuffle: bool = fld(True, category="Data", description="Shuffle prompts at each pass over the data.")
     synthetic: SyntheticData | None = fld(
@@ -386,6 +439,11 @@ class DataArgs(Section):
     @classmethod
     def _known_template(cls, value: str) -> str:
         return known_template(value)
+
+    @field_validator("domain_interleave_probs")
+    @classmethod
+    def _domain_probs(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        return check_domain_probs(value)
 
 
 class GeneratingArgs(Section):
@@ -1690,9 +1748,11 @@ class PipelineConfig(Section):
         description="ROLL's importance weights and filters between training and inference log-probs "
         "(off_policy_correction covers stale batches).",
     )
-    dataset_filter: dict[str, Any] = fld_factory(
-        dict, category="Data", inactive=planned("difficulty-based dataset filtering"),
-        description="Keep prompts of one source within a difficulty range (source, min/max_difficulty, num_samples).",
+    dataset_filter: DatasetFilter = fld_factory(
+        DatasetFilter, category="Data",
+        description="Filter of the training rows when they are loaded (ROLL's keys): rows of `source` (every row "
+        "when unset) are kept when min_difficulty <= difficulty <= max_difficulty, at most num_samples of them; "
+        "the counts kept and dropped are logged. Evaluation data is not filtered.",
     )
     vlm_filter: dict[str, Any] = fld_factory(
         dict, category="Data", inactive=import_only("multi-modal prompts are not supported"),

@@ -14,7 +14,7 @@ workers and the loop all read these numbers from here (torch-free).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,23 @@ def samples_per_rollout(config: PipelineConfig) -> int:
     if config.train_env_manager is not None:
         return config.rollout_batch_size
     return config.rollout_batch_size * config.num_return_sequences_in_group
+
+
+def domain_batch_sizes(probs: Mapping[str, float], batch_size: int) -> dict[str, int]:
+    """Prompts of each domain in one batch of `batch_size` (`domain_interleave_probs`), ROLL's rounding
+    (RLVRPipeline's domain_batch_size, BatchStratifiedSampler's domain_batch_num), in listed order:
+
+        n_d = int(p_d × batch_size)              every domain but the last (floor, in float arithmetic:
+                                                  int(0.29 × 100) = 28, as in ROLL)
+        n_last = batch_size − Σ_{d ≠ last} n_d   the last listed domain takes the rest
+
+    e.g. {a: 0.5, b: 0.3, c: 0.2} of 8 → a 4, b 2, c 2; of 10 → 5, 3, 2."""
+    sizes: dict[str, int] = {}
+    domains = list(probs)
+    for i, domain in enumerate(domains):
+        last = i == len(domains) - 1
+        sizes[domain] = batch_size - sum(sizes.values()) if last else int(probs[domain] * batch_size)
+    return sizes
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from trainer.config.registries import (
 from trainer.config.schema import (
     STRATEGY_ARGS_MODELS,
     UNBUILT_ADV_ESTIMATORS,
+    DatasetFilter,
     DeepSpeedConfig,
     Fsdp2Config,
     MegatronConfig,
@@ -48,6 +49,7 @@ from trainer.config.schema import (
 from trainer.config.topology import (
     TRAINING_ROLES,
     devices_per_worker,
+    domain_batch_sizes,
     duplicate_devices,
     num_nodes,
     roles,
@@ -289,6 +291,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_checkpointing,
         _check_async_rollout,
         _check_dynamic_sampling,
+        _check_domains,
         _check_micro_batching,
         _check_lora,
         _check_profiling,
@@ -980,6 +983,61 @@ def _check_dynamic_sampling(config: PipelineConfig) -> list[ConfigIssue]:
     elif config.max_additional_running_prompts == 0:
         issues.append(_warning("max_additional_running_prompts", "0: no replacement prompts are drawn; filtered "
                                "groups only leave the loss"))
+    return issues
+
+
+DOMAINS_PATH = "actor_train.data_args.domain_interleave_probs"
+
+
+def _check_domains(config: PipelineConfig) -> list[ConfigIssue]:
+    """domain_interleave_probs and dataset_filter act on actor_train's prompts in the RLVR pipeline
+    (trainer.data.sampler.DomainInterleavedSampler, trainer.data.datasets.filter_rows). Whether each listed
+    domain has prompts is checked when the data is loaded, before any worker starts."""
+    issues = []
+    agentic = config.train_env_manager is not None
+    if agentic and config.dataset_filter.model_dump() != DatasetFilter().model_dump():
+        issues.append(_warning("dataset_filter", "has no effect in the agentic pipeline (episodes come from "
+                               "environments, not data rows)"))
+    for role, worker in roles(config).items():
+        if role != "actor_train" and worker.data_args is not None and worker.data_args.domain_interleave_probs:
+            issues.append(_warning(f"{role}.data_args.domain_interleave_probs", "has no effect: only "
+                                   "actor_train.data_args.domain_interleave_probs splits the training batches"))
+    data = config.actor_train.data_args
+    probs = data.domain_interleave_probs if data is not None else None
+    if not probs:
+        return issues
+    if agentic:
+        return [*issues, _warning(DOMAINS_PATH, "has no effect in the agentic pipeline (RLVR only)")]
+    size = config.rollout_batch_size
+    shares = domain_batch_sizes(probs, size)
+    split = ", ".join(f"{d} {n}" for d, n in shares.items())
+    rule = ("ROLL's rounding gives every domain but the last listed int(p x rollout_batch_size) prompts and the "
+            "last the rest")
+    empty = [d for d, n in shares.items() if n < 1]
+    if empty:
+        enough = next((b for b in range(size + 1, 100 * size + 100)
+                       if all(n >= 1 for n in domain_batch_sizes(probs, b).values())), None)
+        fix = f"raise rollout_batch_size to at least {enough}" if enough else "raise rollout_batch_size"
+        issues.append(_error(DOMAINS_PATH, f"{', '.join(empty)} would get no prompt in a batch of rollout_batch_size "
+                             f"{size} ({split}; {rule}): {fix}, or raise their probability"))
+    elif any(abs(n - probs[d] * size) > 1e-9 for d, n in shares.items()):
+        issues.append(_warning(DOMAINS_PATH, f"a batch of {size} prompts splits as {split}, not exactly in these "
+                               f"proportions: {rule}"))
+    refills = any(r.query_filter_config is not None and r.query_filter_config.type != "no_filter"
+                  for r in config.rewards.values())
+    if (config.is_use_additional_prompts and refills and not rollout_schedule(config).overlaps
+            and config.max_additional_running_prompts > 0):
+        issues.append(_error("is_use_additional_prompts", f"replacement prompts are not drawn per domain here (ROLL "
+                             f"refills each domain's share from that domain): with {DOMAINS_PATH} they would "
+                             "shift a batch's proportions; set is_use_additional_prompts: false (filtered groups "
+                             "then just leave the loss)"))
+    batch_level = [name for name in ("norm_mean_type", "norm_std_type")
+                   if getattr(config, name) in ("batch", "running")]
+    batch_level += ["whiten_advantages"] * config.whiten_advantages
+    if len(probs) > 1 and batch_level:
+        issues.append(_warning(DOMAINS_PATH, f"ROLL normalises each domain's rewards and advantages apart (batch "
+                               f"and running statistics per domain); here the whole batch is normalised together "
+                               f"({', '.join(batch_level)})"))
     return issues
 
 

@@ -7,7 +7,11 @@
 
 `difficulty` comes from a `difficulty` column in [0, 1] when the data has one (ROLL's column for
 `difficulty_loss_weight`). ROLL's code-sandbox columns (`case_type`, `test_cases`,
-`test_case_function`) are carried as they are when the row has them (trainer.rewards.code_sandbox).
+`test_case_function`) are carried as they are when the row has them (trainer.rewards.code_sandbox),
+and so is ROLL's `domain` column (`domain_interleave_probs`).
+
+`dataset_filter` (ROLL's `source` / `min_difficulty` / `max_difficulty` / `num_samples`) selects the
+training rows before they are rendered (`filter_rows`); the counts kept and dropped go to `log`.
 
 Rendering: `template: native` (or a ROLL ChatML template name such as `qwen2_5`) applies
 `tokenizer.apply_chat_template(messages, add_generation_prompt=True)`, a plain `prompt` column
@@ -25,7 +29,9 @@ from __future__ import annotations
 import csv
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -38,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 FILE_FORMATS = (".json", ".jsonl", ".csv", ".parquet")
 CODE_TEST_COLUMNS = ("case_type", "test_cases", "test_case_function")  # ROLL's code-sandbox reward reads them
+CARRIED_COLUMNS = (*CODE_TEST_COLUMNS, "domain")  # carried into the sample as they are when the row has them
 TRUNCATION_SIDES: tuple[str, ...] = get_args(DataArgs.model_fields["truncation_side"].annotation)
 
 
@@ -136,6 +143,100 @@ def _difficulty(value: Any) -> float | None:
         raise ValueError(f"data column `difficulty`: {value!r} is not a number (expected 0..1)") from None
 
 
+@dataclass
+class FilterCounts:
+    """What `filter_rows` kept and dropped (rows in its scope: of `source`, or every row)."""
+
+    rows: int = 0
+    in_scope: int = 0
+    kept: int = 0
+    outside_range: int = 0
+    no_difficulty: int = 0
+    beyond_num_samples: int = 0
+
+    def line(self, dataset_filter: Any) -> str:
+        scope = f"of source {dataset_filter.source!r}" if dataset_filter.source is not None else "in all"
+        low, high = dataset_filter.min_difficulty, dataset_filter.max_difficulty
+        dropped = [f"{self.outside_range} outside difficulty [{'-inf' if low is None else low}, "
+                   f"{'inf' if high is None else high}]", f"{self.no_difficulty} without a difficulty",
+                   f"{self.beyond_num_samples} beyond num_samples={dataset_filter.num_samples}"]
+        others = self.rows - self.in_scope
+        return (f"kept {self.kept} of {self.in_scope} training rows {scope} (dropped: "
+                f"{', '.join(dropped)})" + (f"; {others} rows of other sources kept as they are" if others else "")
+                + f"; {self.kept + others} of {self.rows} rows remain")
+
+
+def _bound_difficulty(value: Any, row: int) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"dataset_filter: row {row}'s `difficulty` {value!r} is not a number") from None
+
+
+def filter_rows(rows: Sequence[dict[str, Any]], dataset_filter: Any) -> tuple[list[dict[str, Any]], FilterCounts]:
+    """ROLL's dataset_filter over raw rows, file order kept. Rows in scope (`source` column equal to
+    `dataset_filter.source`; every row when unset) are kept when
+
+        min_difficulty <= float(row["difficulty"]) <= max_difficulty     (an unset bound: no bound)
+
+    (a row without a difficulty value is dropped when a bound is set), then the first `num_samples` of
+    them (0: all); rows of other sources pass unchanged. Raises, naming the field, when `source` matches no
+    row, the rows have no `difficulty` column to bound, or no row in scope passes."""
+    source, low, high = dataset_filter.source, dataset_filter.min_difficulty, dataset_filter.max_difficulty
+    limit = dataset_filter.num_samples
+    counts = FilterCounts(rows=len(rows))
+    in_scope = [source is None or row.get("source") == source for row in rows]
+    counts.in_scope = sum(in_scope)
+    if source is not None and not counts.in_scope:
+        found = Counter(str(row["source"]) for row in rows if row.get("source") is not None)
+        listing = (", ".join(f"{s} ({n})" for s, n in sorted(found.items())) if found
+                   else f"none: no row has a `source` column (columns: {_columns(rows)})")
+        raise ValueError(f"dataset_filter.source: no training row has source {source!r}; sources found (rows): "
+                         f"{listing}")
+    bounded = low is not None or high is not None
+    if bounded and not any("difficulty" in row for row, scoped in zip(rows, in_scope, strict=True) if scoped):
+        field = "min_difficulty" if low is not None else "max_difficulty"
+        raise ValueError(f"dataset_filter.{field}: the training rows have no `difficulty` column to filter on "
+                         f"(columns: {_columns(rows)})")
+    kept: list[dict[str, Any]] = []
+    for i, (row, scoped) in enumerate(zip(rows, in_scope, strict=True)):
+        if not scoped:
+            kept.append(row)
+            continue
+        if bounded:
+            value = _bound_difficulty(row.get("difficulty"), i)
+            if value is None:
+                counts.no_difficulty += 1
+                continue
+            if (low is not None and value < low) or (high is not None and value > high):
+                counts.outside_range += 1
+                continue
+        if limit and counts.kept >= limit:
+            counts.beyond_num_samples += 1
+            continue
+        counts.kept += 1
+        kept.append(row)
+    if not counts.kept:
+        raise ValueError(f"dataset_filter: no training row passes ({counts.line(dataset_filter)}); widen "
+                         "min_difficulty / max_difficulty or check source")
+    return kept, counts
+
+
+def _columns(rows: Sequence[dict[str, Any]]) -> str:
+    names: dict[str, None] = {}
+    for row in rows[:100]:
+        names.update(dict.fromkeys(map(str, row)))
+    return ", ".join(names) or "none"
+
+
+def _filter_is_set(dataset_filter: Any) -> bool:
+    return dataset_filter is not None and (
+        dataset_filter.source is not None or dataset_filter.min_difficulty is not None
+        or dataset_filter.max_difficulty is not None or bool(dataset_filter.num_samples))
+
+
 def load_rows(data_args: Any, split: str = "train") -> list[dict[str, Any]]:
     """Raw rows of the split: from the synthetic task or from (eval_)file_name."""
     synthetic = _arg(data_args, "synthetic")
@@ -157,8 +258,10 @@ def row_field(row: dict[str, Any], path: str) -> Any:
 
 
 def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | None = None,
-                        split: str = "train") -> list[dict[str, Any]]:
-    """Rendered, tokenized prompt samples (see the module docstring for fields and length rules)."""
+                        split: str = "train", dataset_filter: Any = None,
+                        log: Callable[[str], None] = logger.info) -> list[dict[str, Any]]:
+    """Rendered, tokenized prompt samples (see the module docstring for fields and length rules);
+    `dataset_filter` (a schema.DatasetFilter) selects the rows first, its counts going to `log`."""
     if split not in ("train", "eval"):
         raise ValueError(f"split: {split!r}; valid: train, eval")
     prompt_key, messages_key = _arg(data_args, "prompt"), _arg(data_args, "messages")
@@ -173,6 +276,9 @@ def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | 
     max_samples = _arg(data_args, "max_samples")
     if max_samples:
         rows = rows[:max_samples]
+    if _filter_is_set(dataset_filter):
+        rows, counts = filter_rows(rows, dataset_filter)
+        log(f"dataset_filter: {counts.line(dataset_filter)}")
 
     samples, too_long = [], []
     for i, row in enumerate(rows):
@@ -194,7 +300,7 @@ def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | 
             "tag": row.get(tag_key) if tag_key else row.get("task"),
             "task": row.get("task"),
             "difficulty": _difficulty(row.get("difficulty")),
-            **{key: row[key] for key in CODE_TEST_COLUMNS if key in row},
+            **{key: row[key] for key in CARRIED_COLUMNS if key in row},
         })
     if too_long and side == "error":
         raise ValueError(f"prompt_length: {len(too_long)} of {len(rows)} prompts are longer than {prompt_length} "

@@ -42,6 +42,16 @@ def reward_domain(cfg: PipelineConfig, sample: dict[str, Any]) -> str | None:
     return None
 
 
+def sample_domain(cfg: PipelineConfig, sample: dict[str, Any]) -> str | None:
+    """The domain `domain_interleave_probs` samples `sample` under, as ROLL's update_dataset_domain: its
+    `domain` column when set, else the reward that scores its tag (`reward_domain`: ROLL's tag_2_domain, with
+    a reward of empty tag_included as the catch-all where ROLL falls back to math_rule), else its tag."""
+    if sample.get("domain") is not None:
+        return str(sample["domain"])
+    reward = reward_domain(cfg, sample)
+    return reward if reward is not None else sample.get("tag")
+
+
 def filtering_domains(cfg: PipelineConfig) -> dict[str, Any]:
     """Rewards with a query filter that can drop a group (type other than no_filter)."""
     return {name: section.query_filter_config for name, section in cfg.rewards.items()

@@ -128,6 +128,9 @@ def check_data_and_ledger(report: ResumeReport, *, sampler_state: dict[str, Any]
     position, next batch id and the batches it holds drawn but not trained) and the ledger it was recorded
     in (its first `ledger_lines` records), and name what does not agree."""
     report.data = {k: sampler_state[k] for k in ("epoch", "index") if k in sampler_state}
+    if "domains" in sampler_state:  # domain_interleave_probs: one stream per domain
+        report.data["domains"] = {d: {"epoch": s["epoch"], "index": s["index"]}
+                                  for d, s in sampler_state["domains"].items()}
     report.data |= {"position": position, "next_batch": next_batch}
     if ledger_file is None or ledger_lines is None:
         report.notes.append("ledger: not verifiable (a checkpoint older than the ledger)")
@@ -177,6 +180,8 @@ def check_data_and_ledger(report: ResumeReport, *, sampler_state: dict[str, Any]
 
 
 def _epoch_index(data: dict[str, Any]) -> str:
+    if "domains" in data:
+        return "; ".join(f"{d}: epoch {s['epoch']}, index {s['index']}" for d, s in data["domains"].items())
     return f"epoch {data.get('epoch', '?')}, index {data.get('index', '?')}"
 
 

@@ -266,8 +266,9 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     from transformers.utils import logging as hf_logging
 
     from trainer.data.datasets import load_prompt_dataset
-    from trainer.data.sampler import PromptSampler
+    from trainer.data.sampler import DomainInterleavedSampler, PromptSampler
     from trainer.models.loading import load_tokenizer
+    from trainer.pipeline.dynamic_sampling import sample_domain
     from trainer.pipeline.rlvr import RLVRPipeline
     from trainer.roles import Role
 
@@ -287,7 +288,8 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     data_args = cfg.actor_train.data_args
     if data_args is None:
         raise ValueError("actor_train.data_args: no training data (set file_name or synthetic)")
-    train = load_prompt_dataset(data_args, tokenizer, prompt_length=cfg.prompt_length, split="train")
+    train = load_prompt_dataset(data_args, tokenizer, prompt_length=cfg.prompt_length, split="train",
+                                dataset_filter=cfg.dataset_filter, log=log)
     eval_args = cfg.validation.data_args if cfg.validation is not None and cfg.validation.data_args else None
     if eval_args is not None:
         evals = load_prompt_dataset(eval_args, tokenizer, prompt_length=cfg.prompt_length, split="train")
@@ -297,8 +299,15 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
         evals = []
     evals = evals[: cfg.val_batch_size]
     data_seed = cfg.actor_train.training_args.data_seed
-    sampler = PromptSampler(len(train), cfg.rollout_batch_size, seed=cfg.seed if data_seed is None else data_seed,
-                            shuffle=data_args.shuffle)
+    seed = cfg.seed if data_seed is None else data_seed
+    if data_args.domain_interleave_probs:
+        domains = [sample_domain(cfg, sample) for sample in train]
+        sampler: Any = DomainInterleavedSampler(domains, data_args.domain_interleave_probs, cfg.rollout_batch_size,
+                                                seed=seed, shuffle=data_args.shuffle)
+        log("domains (prompts a batch / in the data): " + ", ".join(
+            f"{d} {n} / {len(sampler.members[d])}" for d, n in sampler.shares.items()))
+    else:
+        sampler = PromptSampler(len(train), cfg.rollout_batch_size, seed=seed, shuffle=data_args.shuffle)
     groups.update(build_groups(cfg, roles, backend, phase=emitter.phase))
     sizes = ", ".join(f"{role} x{len(groups[role].call_all(Role.ping))} (pid {', '.join(map(str, groups[role].pids))})"
                       for role in roles)  # the pids: where py-spy (or the watchdog) reads a rank's stack

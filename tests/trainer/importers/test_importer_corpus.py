@@ -322,7 +322,10 @@ def test_roll_main_rlvr_new_names(results: dict[str, ValidationResult]) -> None:
     fsdp = cfg.actor_train.strategy_args.strategy_config
     assert (fsdp.cpu_offload, fsdp.reduce_dtype) == (True, "fp32")  # offload_policy, torch's float32
     assert cfg.rewards["code"].code_url == "http://sandbox.internal:8080"
-    assert _warned(result, "dataset_filter", "not built")
+    # ROLL's dataset_filter acts (decision 0043): typed, no "not built" warning
+    assert cfg.dataset_filter.model_dump() == {"source": "deepmath", "min_difficulty": 3.0, "max_difficulty": 8.0,
+                                               "num_samples": 10000}
+    assert not [i for i in result.warnings if i.path.startswith("dataset_filter")]
 
 
 @pytest.mark.parametrize(("fmt", "text", "path", "nearest"), [

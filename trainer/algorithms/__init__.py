@@ -6,6 +6,7 @@ policy_loss  PPO (clip-higher, dual clip), GSPO, TOPR, SFT, entropy and value lo
 aggregation  `loss_agg_mode`, data-parallel correct with global token / sequence counts
 rewards      reward clipping, normalisation, shaping, difficulty masking, loss weights
 trajectory_norm  agentic trajectory scores normalised by start state, tag or batch (`reward_normalization`)
+step_advantages  ROLL's step-wise agentic estimators per turn: gigpo, step_reinforce, agentic_reinforce
 off_policy   importance ratios of stale samples (TIS, masking) and staleness weights (async rollout)
 registry     name → function tables and lookups
 stats        masked and grouped statistics

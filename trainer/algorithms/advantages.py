@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from trainer.algorithms import step_advantages
 from trainer.algorithms.stats import (
     as_bool_mask,
     check_same_shape,
@@ -227,9 +228,13 @@ def compute_advantages(
     lambd: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True,
     reinforce_batch_baseline: bool = False,
+    turn_ids: Tensor | None = None,
 ) -> Advantages:
     """One entry point for the pipeline: picks the estimator by its config name and checks that the
-    inputs it needs are present (ValueError naming the missing one otherwise)."""
+    inputs it needs are present (ValueError naming the missing one otherwise). The step-wise agentic
+    estimators (step_advantages) read `turn_ids` [batch, response_len] (each sampled token's reply
+    index, −1 elsewhere); gigpo and step_reinforce expect their per-turn values already placed on each
+    turn's last token (step_advantages.turn_token_rewards). returns = A for them."""
 
     def need(name: str, tensor: Tensor | None) -> Tensor:
         if tensor is None:
@@ -250,4 +255,11 @@ def compute_advantages(
         return rloo(token_level_rewards, response_mask, need("group_ids", group_ids))
     if adv_estimator == "remax":
         return remax(token_level_rewards, response_mask, need("baseline_rewards", baseline_rewards))
-    raise ValueError(f"adv_estimator {adv_estimator!r} is not known; valid: {', '.join(ADV_ESTIMATORS)}")
+    if adv_estimator in step_advantages.STEP_ADV_ESTIMATORS:
+        turns = torch.where(as_bool_mask(response_mask), need("turn_ids", turn_ids).long(), -1)
+        step_fn = (step_advantages.agentic_reinforce if adv_estimator == "agentic_reinforce"
+                   else step_advantages.turn_returns)
+        advantages = step_fn(token_level_rewards, turns, gamma)
+        return Advantages(advantages, advantages)
+    raise ValueError(f"adv_estimator {adv_estimator!r} is not known; valid: "
+                     f"{', '.join([*ADV_ESTIMATORS, *step_advantages.STEP_ADV_ESTIMATORS])}")

@@ -124,9 +124,12 @@ def field_status(model: type[BaseModel], name: str) -> tuple[str, str]:
 
 
 Dtype = Literal["fp32", "bf16", "fp16"]
-# ROLL's step-wise agentic advantage estimators: the schema accepts them, this build cannot run them.
-# remax: its baseline is a greedy rollout per prompt, which the RLVR pipeline does not generate
-UNBUILT_ADV_ESTIMATORS = ("gigpo", "step_reinforce", "agentic_reinforce", "remax")
+# remax: the schema accepts it, this build cannot run it: its baseline is a greedy rollout per prompt, which
+# the RLVR pipeline does not generate
+UNBUILT_ADV_ESTIMATORS = ("remax",)
+# ROLL's step-wise estimators: advantages per turn of a multi-turn trajectory, agentic runs only
+# (trainer.algorithms.step_advantages.STEP_ADV_ESTIMATORS, which a test keeps equal)
+AGENTIC_ADV_ESTIMATORS = ("gigpo", "step_reinforce", "agentic_reinforce")
 NormType = Literal["batch", "group", "running", "none"]
 AutoInt = int | Literal["auto"]
 AutoFloat = float | Literal["auto"]
@@ -1500,8 +1503,12 @@ class PipelineConfig(Section):
     ] = fld(
         "gae", category="Algorithm", common=True,
         description="How advantages are computed: gae needs a critic; grpo, rloo and reinforce_plus_plus_baseline "
-        "compare the responses of one prompt. ROLL's step-wise agentic estimators (gigpo, step_reinforce, "
-        "agentic_reinforce) are accepted but not built.",
+        "compare the responses of one prompt. Agentic runs only, per turn of a trajectory (ROLL's step-wise "
+        "estimators): gigpo (GiGPO: the episode's score normalised in its reward_normalization group, weighted by "
+        "episode_reward_weight, plus the turn's discounted step return normalised among the turns of its start-state "
+        "group that answered the same observation, weighted by step_reward_weight), step_reinforce (the turn's "
+        "discounted step return normalised in its reward_normalization group), agentic_reinforce (the trajectory's "
+        "score discounted by gamma once per later turn). remax is accepted but not built.",
     )
     ppo_epochs: int = fld(1, category="Algorithm", ge=1, description="Passes of optimizer updates over each rollout batch.")
     use_rollout_log_probs: bool = fld(
@@ -1662,12 +1669,21 @@ class PipelineConfig(Section):
         inactive=import_only("an agentic batch is exactly rollout_batch_size trajectories; nothing is adjusted"),
         description="How ROLL pads or trims a batch of trajectories to the training batch size.",
     )
-    episode_reward_weight: float = fld(1.0, category="Agentic", inactive=planned("GiGPO step rewards"),
-                                       description="GiGPO: weight of the episode-level advantage.")
-    step_reward_weight: float = fld(1.0, category="Agentic", inactive=planned("GiGPO step rewards"),
-                                    description="GiGPO: weight of the step-level advantage.")
-    step_reward_gamma: float = fld(0.95, category="Agentic", inactive=planned("GiGPO step rewards"),
-                                   description="Discount of step rewards (GiGPO, step_reinforce).")
+    episode_reward_weight: float = fld(
+        1.0, category="Agentic", ge=0,
+        description="gigpo: weight of the episode-level term (the trajectory's score normalised with "
+        "reward_normalization) in each turn's advantage.",
+    )
+    step_reward_weight: float = fld(
+        1.0, category="Agentic", ge=0,
+        description="gigpo: weight of the step-level term (the turn's step return normalised among the turns that "
+        "answered the same observation from the same start state) in each turn's advantage.",
+    )
+    step_reward_gamma: float = fld(
+        0.95, category="Agentic", ge=0, le=1,
+        description="gigpo, step_reinforce: discount of the step return G_k = r_k + gamma * G_k+1 over a "
+        "trajectory's turns (r_k: the turn's reward plus its format penalty).",
+    )
     ratio_type: Literal["token", "segment"] = fld(
         "token", category="Agentic", inactive=planned("segment-level importance ratios"),
         description="Importance ratio per token or per turn segment.",

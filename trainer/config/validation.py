@@ -34,6 +34,7 @@ from trainer.config.registries import (
     ROLL_UNSUPPORTED_REWARD_WORKERS,
 )
 from trainer.config.schema import (
+    AGENTIC_ADV_ESTIMATORS,
     STRATEGY_ARGS_MODELS,
     UNBUILT_ADV_ESTIMATORS,
     DatasetFilter,
@@ -288,6 +289,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_algorithm,
         _check_rewards,
         _check_agentic,
+        _check_step_estimators,
         _check_checkpointing,
         _check_async_rollout,
         _check_dynamic_sampling,
@@ -886,6 +888,50 @@ def _agentic_mode_issues(config: PipelineConfig) -> list[ConfigIssue]:
                                "train_env_manager.group_size sets how many trajectories share a start state"))
     if config.rewards:
         issues.append(_warning("rewards", "unused by the agentic pipeline: its environments give the rewards"))
+    return issues
+
+
+# the knobs each step-wise estimator reads (trainer.algorithms.step_advantages)
+STEP_ESTIMATOR_KNOBS = {"episode_reward_weight": ("gigpo",), "step_reward_weight": ("gigpo",),
+                        "step_reward_gamma": ("gigpo", "step_reinforce")}
+# the RLVR reward processing of a trajectory's score (rewarding.process_scores), which gigpo and
+# step_reinforce replace by per-turn values
+SCORE_PROCESSING_KNOBS = ("reward_clip", "add_len_reward", "norm_mean_type", "norm_std_type", "reward_shift",
+                          "reward_scale", "use_reward_scaling", "use_reward_norm")
+
+
+def _check_step_estimators(config: PipelineConfig) -> list[ConfigIssue]:
+    """ROLL's step-wise estimators (gigpo, step_reinforce, agentic_reinforce) score the turns of agentic
+    trajectories: refused for RLVR runs; their knobs set where nothing reads them; what they do not read."""
+    estimator, issues = config.adv_estimator, []
+    for knob, readers in STEP_ESTIMATOR_KNOBS.items():
+        if estimator not in readers and getattr(config, knob) != PipelineConfig.model_fields[knob].default:
+            issues.append(_warning(knob, f"unused: adv_estimator {estimator} does not read it "
+                                   f"(adv_estimator {' / '.join(readers)} does)"))
+    if estimator not in AGENTIC_ADV_ESTIMATORS:
+        return issues
+    if config.train_env_manager is None:
+        valid = [e for e in typing.get_args(PipelineConfig.model_fields["adv_estimator"].annotation)
+                 if e not in AGENTIC_ADV_ESTIMATORS and e not in UNBUILT_ADV_ESTIMATORS]
+        return [*issues, _error("adv_estimator", f"{estimator} gives each turn of a multi-turn trajectory its own "
+                                "advantage: agentic runs only (set train_env_manager); for this RLVR run valid: "
+                                f"{', '.join(valid)}")]
+    if estimator == "gigpo" and config.episode_reward_weight == 0 and config.step_reward_weight == 0:
+        issues.append(_error("step_reward_weight", "gigpo with episode_reward_weight 0 and step_reward_weight 0 "
+                             "gives every turn the advantage 0; set either above 0"))
+    if estimator == "agentic_reinforce":
+        return issues
+    norm = config.reward_normalization
+    if norm is None or norm.method == "identity":
+        what = "episode scores and step returns" if estimator == "gigpo" else "step returns"
+        issues.append(_warning("reward_normalization.method" if norm is not None else "reward_normalization",
+                               f"identity: {estimator} then uses the raw {what}, with no group baseline (ROLL's "
+                               "GiGPO examples set grouping traj_group_id, i.e. state, and method mean)"))
+    for knob in SCORE_PROCESSING_KNOBS:
+        if getattr(config, knob) not in (None, False, "none"):
+            issues.append(_warning(knob, f"has no effect with adv_estimator {estimator}: it processes the trajectory "
+                                   "score, and this estimator scores each turn from its step rewards instead "
+                                   "(reward_normalization normalises those)"))
     return issues
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer import roles
+from trainer.algorithms import step_advantages as step_algos
 from trainer.algorithms.trajectory_norm import normalization_groups, normalize_scores
 from trainer.envs.manager import EnvManager, Episode, derive_seed
 from trainer.pipeline.metrics import data_metrics
@@ -41,6 +42,7 @@ from trainer.pipeline.trajectory import (
     padded,
     play,
     trajectory_batch,
+    turn_index,
 )
 from trainer.rollout.base import Generation, SamplingParams
 
@@ -104,15 +106,19 @@ class AgenticPipeline(RLVRPipeline):
         mask = batch["response_mask"]
         raw = torch.tensor([t.score for t in trajectories])
         state_ids = torch.tensor([t.episode.state_id for t in trajectories])
+        tag_ids = torch.tensor([self.tag_ids[t.episode.tag] for t in trajectories])
         if self.normalization is not None:
-            tag_ids = torch.tensor([self.tag_ids[t.episode.tag] for t in trajectories])
             groups = normalization_groups(self.normalization.grouping, state_ids=state_ids, tag_ids=tag_ids)
             batch["scores"] = normalize_scores(raw, groups, self.normalization.method)
         else:
             batch["scores"] = raw
+        turn_ids = turn_index(trajectories, mask.size(1)) if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS else None
+        turn_scores = (self.turn_scores(trajectories, state_ids, tag_ids, metrics)
+                       if cfg.adv_estimator in step_algos.TURN_SCORE_ESTIMATORS else None)
         engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))
         token_rewards, values, _ = self.update(step, batch, state_ids, engine_log_probs, timer, metrics,
-                                               staleness=torch.zeros(len(trajectories), dtype=torch.long))
+                                               staleness=torch.zeros(len(trajectories), dtype=torch.long),
+                                               turn_ids=turn_ids, turn_scores=turn_scores)
         if step > cfg.critic_warmup:
             with timer("weight_sync"):
                 self.sync_weights()
@@ -129,6 +135,38 @@ class AgenticPipeline(RLVRPipeline):
         self.ledger.record("train", batch=step, step=step, version=step - 1, staleness=0,
                            samples=len(trajectories))
         return metrics
+
+    def turn_scores(self, trajectories: list[Trajectory], state_ids: torch.Tensor, tag_ids: torch.Tensor,
+                    metrics: dict[str, float]) -> torch.Tensor:
+        """Each turn's value [batch, turns] for gigpo / step_reinforce (trainer.algorithms.step_advantages):
+        step returns of the turns' rewards plus format penalties (step_reward_gamma), normalised with
+        reward_normalization's grouping and method (unset: identity); gigpo adds the episode term and
+        compares turns that answered the same observation within one start-state group. Records ROLL's
+        system/state_batch_size/{max,mean,min} (turns per anchor group) for gigpo."""
+        cfg = self.cfg
+        turns = max(t.replies for t in trajectories)
+        turn_mask = padded([[1] * t.replies for t in trajectories], turns).bool()
+        returns = step_algos.step_returns(padded([t.step_scores for t in trajectories], turns), turn_mask,
+                                          cfg.step_reward_gamma)
+        norm = self.normalization
+        grouping, method = (norm.grouping, norm.method) if norm is not None else ("state", "identity")
+        groups = normalization_groups(grouping, state_ids=state_ids, tag_ids=tag_ids)
+        if cfg.adv_estimator == "step_reinforce":
+            return step_algos.step_reinforce(returns, turn_mask, groups, method)
+        observation_ids: dict[str, int] = {}
+        anchors = torch.full((len(trajectories), turns), -1, dtype=torch.long)
+        for i, t in enumerate(trajectories):
+            assert len(t.observations) == t.replies, "one observation per reply"
+            for k, observation in enumerate(t.observations):
+                anchors[i, k] = observation_ids.setdefault(observation, len(observation_ids))
+        anchor_groups = step_algos.anchor_groups(state_ids, anchors)
+        _, sizes = torch.unique(anchor_groups[turn_mask], return_counts=True)
+        metrics.update({"system/state_batch_size/max": float(sizes.max()),
+                        "system/state_batch_size/mean": float(sizes.float().mean()),
+                        "system/state_batch_size/min": float(sizes.min())})
+        scores = torch.tensor([t.score for t in trajectories])
+        return step_algos.gigpo(scores, returns, turn_mask, groups, anchor_groups, method,
+                                cfg.episode_reward_weight, cfg.step_reward_weight).advantages
 
     def progress_line(self, metrics: dict[str, float]) -> str:
         line = super().progress_line(metrics)

@@ -32,7 +32,7 @@ import torch
 
 from trainer import roles
 from trainer.algorithms import kl as kl_algos
-from trainer.algorithms import off_policy
+from trainer.algorithms import off_policy, step_advantages
 from trainer.algorithms.advantages import compute_advantages
 from trainer.checkpoint import core as ckpt
 from trainer.config import topology
@@ -463,13 +463,16 @@ class RLVRPipeline:
     def update(self, step: int, batch: dict[str, torch.Tensor], group_ids: torch.Tensor,
                engine_log_probs: torch.Tensor, timer: Timer, metrics: dict[str, float], *, staleness: torch.Tensor,
                difficulty: torch.Tensor | None = None, query_filter: torch.Tensor | None = None,
-               length_terms: torch.Tensor | None = None,
+               length_terms: torch.Tensor | None = None, turn_ids: torch.Tensor | None = None,
+               turn_scores: torch.Tensor | None = None,
                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Everything between a built batch and new weights: old / reference log-probs, values, sample mask,
         reward processing, token rewards (KL in the reward), advantages, loss weights, off-policy terms,
         critic and actor updates. `batch` holds the rows (`response_mask`: the tokens the loss sees) and one
         `scores` value per row; advantages (values, returns) are added to it. `staleness`: policy versions
-        each row lags behind. Returns (token rewards, values, sample weights). The agentic loop shares it."""
+        each row lags behind. Returns (token rewards, values, sample weights). The agentic loop shares it; its
+        step-wise estimators pass `turn_ids` (each sampled token's reply index) and, for gigpo / step_reinforce,
+        `turn_scores` [batch, turns]: each turn's value replaces the processed score, on the turn's last token."""
         cfg = self.cfg
         mask, scores = batch["response_mask"], batch["scores"]
         corrects = bool((staleness > 0).any()) and cfg.off_policy_correction != "none"
@@ -493,11 +496,14 @@ class RLVRPipeline:
                                                        query_filter=query_filter)
             metrics.update(mask_metrics)
             metrics.update(dynamic_sampling.zero_variance_metrics(scores, group_ids, keep))
-            processed, self.reward_state, reward_metrics = rewarding.process_scores(
-                cfg, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1),
-                length_terms=length_terms,
-            )
-            metrics.update(reward_metrics)
+            if turn_scores is None:
+                processed, self.reward_state, reward_metrics = rewarding.process_scores(
+                    cfg, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1),
+                    length_terms=length_terms,
+                )
+                metrics.update(reward_metrics)
+            else:  # the turns' values go on their own last tokens below
+                processed = torch.zeros_like(scores)
             if cfg.add_token_level_kl and self.uses_reference:
                 token_kl = kl_algos.token_kl(  # KL of the rollout policy (= actor before this update)
                     cfg.kl_penalty, mask, log_probs=batch["old_log_probs"], ref_log_probs=batch["ref_log_probs"]
@@ -508,10 +514,14 @@ class RLVRPipeline:
                 self.kl_ctrl = self.kl_ctrl.update(current_kl, n_steps=mask.size(0))
             else:
                 token_rewards = kl_algos.scores_to_token_rewards(processed, mask)
+            if turn_scores is not None:
+                assert turn_ids is not None, "turn_scores need turn_ids"
+                token_rewards = token_rewards + step_advantages.turn_token_rewards(turn_scores, turn_ids)
             token_rewards = rewarding.process_token_rewards(cfg, token_rewards, mask)
             adv = compute_advantages(
                 cfg.adv_estimator, token_rewards, mask, group_ids=group_ids, values=values,
                 gamma=cfg.gamma, lambd=cfg.lambd, norm_adv_by_std_in_grpo=cfg.norm_adv_by_std_in_grpo,
+                turn_ids=turn_ids,
             )
             batch["advantages"] = rewarding.process_advantages(cfg, adv.advantages, mask)
             if values is not None:

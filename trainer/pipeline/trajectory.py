@@ -90,6 +90,7 @@ class Trajectory:
     response_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)  # 1 on sampled tokens, 0 on observation tokens
     logprobs: list[float] = field(default_factory=list)  # the engine's, 0.0 on observation tokens
+    token_turns: list[int] = field(default_factory=list)  # the reply index of each sampled token, -1 elsewhere
     rewards: list[float] = field(default_factory=list)  # env reward of each reply
     penalty: float = 0.0  # Σ format penalties
     actions: int = 0  # replies that parsed as an action
@@ -97,10 +98,16 @@ class Trajectory:
     success: bool = False
     turns: list[dict[str, Any]] = field(default_factory=list)  # telemetry: the conversation, turn by turn
     frames: list[str] = field(default_factory=list)  # env.render() after reset and after each reply
+    observations: list[str] = field(default_factory=list)  # the observation each reply answered (GiGPO's anchor)
 
     @property
     def score(self) -> float:
         return sum(self.rewards) + self.penalty
+
+    @property
+    def step_scores(self) -> list[float]:
+        """Each reply's reward plus its format penalty (they sum to `score`)."""
+        return [turn["reward"] + turn["penalty"] for turn in self.turns if turn["role"] == "assistant"]
 
     @property
     def replies(self) -> int:
@@ -109,6 +116,7 @@ class Trajectory:
     def add(self, token_ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
         self.response_ids += token_ids
         self.loss_mask += [int(sampled)] * len(token_ids)
+        self.token_turns += [self.replies if sampled else -1] * len(token_ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
 
     def finish(self, reason: str, success: bool = False) -> None:
@@ -145,7 +153,7 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
             raise ValueError(f"prompt_length: the first prompt of {episode.tag} has {len(prompt)} tokens, "
                              f"more than {setup.prompt_length}; raise prompt_length or shorten "
                              f"custom_envs.{episode.tag}.env_instruction")
-        trajectory = Trajectory(episode, manager.limits(episode.tag), prompt)
+        trajectory = Trajectory(episode, manager.limits(episode.tag), prompt, observations=[observation])
         trajectory.turns.append({"role": "user", "text": text, "tokens": len(prompt), "loss": False})
         if setup.keep_frames:
             trajectory.frames.append(env.render())
@@ -201,6 +209,7 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
             t.finish("max_length")
         else:
             t.add(between, sampled=False)
+            t.observations.append(observation)
             observation_turn["tokens"] = len(between)
     t.turns.append(observation_turn)
 
@@ -212,6 +221,15 @@ def trajectory_batch(trajectories: list[Trajectory], pad_token_id: int) -> dict[
                         pad_token_id)
     batch["response_mask"] = padded([t.loss_mask for t in trajectories], batch["response_mask"].size(1))
     return batch
+
+
+def turn_index(trajectories: list[Trajectory], width: int) -> Tensor:
+    """[batch, width] long: the index k of the reply each sampled token belongs to, −1 on observation
+    and padding tokens (the step-wise estimators put turn k's advantage on its tokens)."""
+    out = torch.full((len(trajectories), width), -1, dtype=torch.long)
+    for i, t in enumerate(trajectories):
+        out[i, : len(t.token_turns)] = torch.tensor(t.token_turns, dtype=torch.long)
+    return out
 
 
 def padded(rows: list[list[float]] | list[list[int]], width: int) -> Tensor:

@@ -202,7 +202,7 @@ def test_unbuilt_reward_worker_and_estimator_are_availability_errors() -> None:
     config stays coherent (docs/decisions/0011), so the editor still shows it and says what is missing."""
     result = validate_config(changed({"rewards": {"code": {
         "worker_cls": "roll.pipeline.rlvr.rewards.general_val_rule_reward_worker.GeneralValRuleRewardWorker"}},
-        "adv_estimator": "step_reinforce"}))
+        "adv_estimator": "remax"}))
     assert result.config is not None and result.rule_errors == [], result.errors
     by_path = {i.path: i for i in result.errors}
     assert by_path["rewards.code.worker_cls"].kind == "not_built"

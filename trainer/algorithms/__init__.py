@@ -8,6 +8,7 @@ rewards      reward clipping, normalisation, shaping, difficulty masking, loss w
 trajectory_norm  agentic trajectory scores normalised by start state, tag or batch (`reward_normalization`)
 step_advantages  ROLL's step-wise agentic estimators per turn: gigpo, step_reinforce, agentic_reinforce
 off_policy   importance ratios of stale samples (TIS, masking) and staleness weights (async rollout)
+train_infer  training-inference mismatch of fresh samples: ROLL's IS weights and filters (`train_infer_correction`)
 registry     name → function tables and lookups
 stats        masked and grouped statistics
 """

@@ -96,6 +96,40 @@ def ppo_policy_loss(
     return LossOutput(loss, metrics)
 
 
+def pg_policy_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    agg: LossAgg | None = None,
+    sample_weights: Tensor | None = None,
+) -> LossOutput:
+    """Plain policy gradient (REINFORCE with the given advantages; ROLL `use_policy_loss_type: PG`, the
+    `vanilla` objective of its ActorPGWorker, `-log_probs * advantages`):
+
+        l_it = −A_it · log π_it
+
+    No ratio and no clip: ∇l = −A·∇log π whatever π_old. On the first update of fresh samples (π = π_old,
+    r = 1, no clip active) this is PPO's gradient; on later mini-batches and epochs of the same rollout
+    nothing pulls the update back toward π_old. `old_log_probs` only feed the metrics.
+    `sample_weights` as in ppo_policy_loss.
+    Metrics: approx_kl, ppo_kl, ratio_mean, ratio_max of r = π/π_old (monitoring only), pg_loss.
+    """
+    check_same_shape(
+        log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, response_mask=response_mask
+    )
+    agg = agg or LossAgg()
+    mask = as_bool_mask(response_mask)
+    log_probs = fill_masked(log_probs, mask)
+    log_ratio = log_probs.detach() - fill_masked(old_log_probs, mask)
+    losses = -fill_masked(advantages, mask) * log_probs
+    metrics = _ratio_metrics(log_ratio.exp(), log_ratio, mask)
+    loss = agg(losses, mask, sample_weights)
+    metrics["pg_loss"] = float(loss.detach())
+    return LossOutput(loss, metrics)
+
+
 def gspo_policy_loss(
     log_probs: Tensor,
     old_log_probs: Tensor,
@@ -358,11 +392,12 @@ def actor_loss(
     return total
 
 
-# Names the pipeline selects a policy loss by: `ppo` (with `dual_clip_loss` → dual_clip_c),
-# `gspo` (ROLL `importance_sampling: seq`, verl `loss_mode: gspo`), `topr` (`use_topr_loss`),
-# `topr_token` (ROLL `actor_train.pg_variant: topr`). The TOPR losses take `scores` too.
+# Names the pipeline selects a policy loss by: `ppo` (with `dual_clip_loss` → dual_clip_c), `pg` (ROLL
+# `use_policy_loss_type: PG`), `gspo` (ROLL `importance_sampling: seq`, verl `loss_mode: gspo`), `topr`
+# (`use_topr_loss`), `topr_token` (ROLL `actor_train.pg_variant: topr`). The TOPR losses take `scores` too.
 POLICY_LOSSES: dict[str, Callable[..., LossOutput]] = {
     "ppo": ppo_policy_loss,
+    "pg": pg_policy_loss,
     "gspo": gspo_policy_loss,
     "topr": topr_policy_loss,
     "topr_token": topr_token_policy_loss,

@@ -14,13 +14,17 @@ from trainer.config.schema import PipelineConfig
 
 
 def models_in(annotation: Any) -> tuple[list[type[BaseModel]], bool]:
-    """BaseModel classes inside an annotation, and whether it is a dict of them."""
+    """BaseModel classes inside an annotation, and whether it is a dict or a list of them (a path then has one
+    more part, the key or the index, before the model's fields)."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return models_in(typing.get_args(annotation)[0])
     if origin in (dict, Mapping):
         models, _ = models_in(typing.get_args(annotation)[1])
         return models, True
+    if origin is list:
+        models, _ = models_in(typing.get_args(annotation)[0])
+        return models, bool(models)
     if origin in (typing.Union, types.UnionType):
         found: list[type[BaseModel]] = []
         is_dict = False
@@ -51,7 +55,8 @@ def sections() -> list[tuple[str, type[BaseModel]]]:
         for name, info in model.model_fields.items():
             models, is_dict = models_in(info.annotation)
             prefix = "" if model is PipelineConfig else f"{path}."
-            child = f"{prefix}{name}" + (".<name>" if is_dict else "")
+            key = ".<i>" if typing.get_origin(info.annotation) is list else ".<name>"
+            child = f"{prefix}{name}" + (key if is_dict else "")
             if model is PipelineConfig and name == "actor_train":
                 child = "<worker>"  # WorkerConfig is shared by every role; name it once
             for sub in models:

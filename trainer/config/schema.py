@@ -1120,6 +1120,76 @@ class RewardWorkerConfig(WorkerConfig):
         return data
 
 
+MismatchLevel = Literal["token", "segment", "geometric", "sequence"]
+
+
+class TrainInferISWeightConfig(Section):
+    """ROLL's train_infer_correction.is_weight (trainer.algorithms.train_infer, docs/decisions/0040)."""
+
+    enabled: bool = fld(
+        False, category="Loss",
+        description="Weight each token's policy-gradient term by the train-infer importance ratio rho = "
+        "pi_old / mu (actor_train's recomputed log-prob over the rollout engine's), clamped to [0, upper_bound].",
+    )
+    weight_type: MismatchLevel = fld(
+        "token", category="Loss",
+        description="Level of rho: token (per token), geometric (exp of the sample's mean log-ratio), sequence "
+        "(exp of its sum), segment (exp of the mean over each run of consecutive response tokens: a turn).",
+    )
+    upper_bound: float | None = fld(
+        1.2, category="Loss", gt=0, description="Clamp of the weight (truncated importance sampling); null: untruncated.",
+    )
+    detach: bool = fld(
+        True, category="Loss",
+        inactive=import_only("the weight comes from two constant log-probs and never carries a gradient, as in ROLL"),
+        description="ROLL: detach the weight from the graph.",
+    )
+
+
+class TrainInferFilterConfig(Section):
+    """One of ROLL's train_infer_correction.filters: tokens outside the band leave the actor's loss."""
+
+    enabled: bool = fld(False, category="Loss", description="Apply this filter.")
+    agg_type: MismatchLevel = fld(
+        "token", category="Loss",
+        description="Level the ratio / difference is read at: token, geometric (sample mean of the log-ratio / of "
+        "the difference), sequence (sum), segment (mean over each run of consecutive response tokens).",
+    )
+    ratio_enabled: bool = fld(True, category="Loss",
+                              description="Keep only tokens with ratio_low <= rho <= ratio_high (rho = pi_old / mu).")
+    ratio_low: float = fld(0.8, category="Loss", description="Lower bound of rho (inclusive).")
+    ratio_high: float = fld(1.2, category="Loss", gt=0, description="Upper bound of rho (inclusive).")
+    diff_enabled: bool = fld(
+        False, category="Loss",
+        description="Keep only tokens with diff_low <= pi_old - mu <= diff_high (probabilities of the sampled token).",
+    )
+    diff_low: float = fld(-0.2, category="Loss", description="Lower bound of pi_old - mu (inclusive).")
+    diff_high: float = fld(0.2, category="Loss", description="Upper bound of pi_old - mu (inclusive).")
+
+    @model_validator(mode="after")
+    def _bands_not_empty(self) -> TrainInferFilterConfig:
+        for name in ("ratio", "diff"):
+            low, high = getattr(self, f"{name}_low"), getattr(self, f"{name}_high")
+            if low > high:
+                raise ValueError(f"{name}_low {low} > {name}_high {high}: no token would pass; swap them")
+        return self
+
+
+class TrainInferCorrectionConfig(Section):
+    """ROLL's train_infer_correction: IS weights and filters of actor_train's vs the engine's log-probs (0040)."""
+
+    is_weight: TrainInferISWeightConfig = fld_factory(
+        TrainInferISWeightConfig, category="Loss", description="Importance weight of each token's policy-gradient term.",
+    )
+    filters: list[TrainInferFilterConfig] = fld_factory(
+        list, category="Loss", description="Filters applied one after the other to the actor's loss mask.",
+    )
+
+    def acts(self) -> bool:
+        """Whether it changes anything: the weight is on, or an enabled filter checks a band."""
+        return self.is_weight.enabled or any(f.enabled and (f.ratio_enabled or f.diff_enabled) for f in self.filters)
+
+
 class CheckpointConfig(Section):
     type: Literal["file_system"] = fld(
         "file_system", category="Checkpointing", description="Where checkpoints are stored (a file system path)."
@@ -1759,10 +1829,11 @@ class PipelineConfig(Section):
         False, category="Loss", inactive=import_only("old log-probs are recomputed unless use_rollout_log_probs"),
         description="ROLL: never recompute old log-probs.",
     )
-    train_infer_correction: dict[str, Any] = fld_factory(
-        dict, category="Loss", inactive=planned("train-infer mismatch correction of fresh batches"),
-        description="ROLL's importance weights and filters between training and inference log-probs "
-        "(off_policy_correction covers stale batches).",
+    train_infer_correction: TrainInferCorrectionConfig = fld_factory(
+        TrainInferCorrectionConfig, category="Loss",
+        description="ROLL's correction of the training-inference mismatch: importance weights (is_weight) and "
+        "filters between actor_train's recomputed log-probs and the rollout engine's, applied to the actor's loss "
+        "on fresh samples (off_policy_correction covers stale ones). Forces the recompute of the old log-probs.",
     )
     dataset_filter: DatasetFilter = fld_factory(
         DatasetFilter, category="Data",
@@ -1788,8 +1859,9 @@ class PipelineConfig(Section):
         "score <= 0, per-token ratio truncated to [0, 1]).",
     )
     use_policy_loss_type: Literal["PPO", "PG"] = fld(
-        "PPO", category="Loss", inactive=planned("the plain policy-gradient (PG) objective"),
-        description="ROLL: clipped PPO objective or plain policy gradient.",
+        "PPO", category="Loss",
+        description="ROLL: the clipped PPO objective, or PG, the plain policy gradient -A * log pi (no ratio, no "
+        "clip; ROLL's vanilla pg_variant).",
     )
     importance_sampling: Literal["token", "seq"] = fld(
         "token", category="Loss", acts_through="policy_loss",

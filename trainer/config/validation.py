@@ -293,6 +293,7 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_checkpointing,
         _check_async_rollout,
         _check_dynamic_sampling,
+        _check_train_infer_correction,
         _check_domains,
         _check_micro_batching,
         _check_lora,
@@ -745,6 +746,19 @@ def _policy_loss_issues(config: PipelineConfig) -> list[ConfigIssue]:
     if variant == "topr" and config.policy_loss != "ppo":
         issues.append(_error("actor_train.pg_variant", f"topr replaces the policy objective; policy_loss "
                              f"{config.policy_loss} would not run (set policy_loss: ppo or drop pg_variant)"))
+    if config.use_policy_loss_type == "PG":
+        rival = ("use_topr_loss: true" if config.use_topr_loss else "actor_train.pg_variant: topr" if variant == "topr"
+                 else f"policy_loss: {config.policy_loss}" if config.policy_loss != "ppo" else None)
+        if rival:
+            issues.append(_error("use_policy_loss_type", f"PG (-A * log pi) replaces the policy objective; {rival} "
+                                 "names another one; choose one (use_policy_loss_type: PPO keeps the others)"))
+        issues += [_warning(name, "has no effect: use_policy_loss_type PG has no ratio to clip")
+                   for name in ("pg_clip", "pg_clip_low", "pg_clip_high") if name in config.model_fields_set]
+        steps = train_shape(config, "actor_train").optimizer_steps_per_rollout
+        if steps > 1:
+            issues.append(_warning("use_policy_loss_type", f"PG takes {steps} optimizer steps on each rollout "
+                                   "(ppo_epochs x mini-batches) without a ratio to pi_old: the steps after the first "
+                                   "are off-policy and uncorrected (PPO's ratio and clip bound them)"))
     if variant != "topr":
         issues += [_warning(f"actor_train.{name}", "has no effect: only actor_train.pg_variant: topr reads it")
                    for name in TOPR_WEIGHTS if getattr(config.actor_train, name) != 1.0]
@@ -752,7 +766,8 @@ def _policy_loss_issues(config: PipelineConfig) -> list[ConfigIssue]:
         if role != "actor_train":
             issues += [_warning(f"{role}.{name}", "has no effect: the policy objective is actor_train's")
                        for name in ("pg_variant", *TOPR_WEIGHTS) if name in worker.model_fields_set]
-    loss = "topr" if config.use_topr_loss else "topr_token" if variant == "topr" else config.policy_loss
+    loss = ("topr" if config.use_topr_loss else "topr_token" if variant == "topr"
+            else "pg" if config.use_policy_loss_type == "PG" else config.policy_loss)
     clip_low, clip_high = config.clip_range()
     if loss == "gspo" and max(clip_low, clip_high) > 0.01:
         issues.append(_warning("pg_clip", f"policy_loss gspo clips the sequence ratio at 1 - {clip_low} / "
@@ -986,6 +1001,44 @@ def _check_async_rollout(config: PipelineConfig) -> list[ConfigIssue]:
                                "raise max_staleness or set stale_samples downweight"))
     if config.stale_samples == "drop" and "stale_sample_decay" in config.model_fields_set:
         issues.append(_warning("stale_sample_decay", "has no effect with stale_samples drop"))
+    return issues
+
+
+# sampling knobs after which vLLM's log-probs are of another distribution than the trainer's (trainer.rollout.vllm)
+TRUNCATING_KNOBS: dict[str, tuple[float, ...]] = {"top_p": (1.0,), "top_k": (-1, 0), "min_p": (0.0,),
+                                                  "repetition_penalty": (1.0,)}
+
+
+def _check_train_infer_correction(config: PipelineConfig) -> list[ConfigIssue]:
+    """ROLL's train_infer_correction compares actor_train's recomputed old log-probs with the engine's
+    (trainer.algorithms.train_infer); both must exist and differ only by numerics (docs/decisions/0040)."""
+    correction, path = config.train_infer_correction, "train_infer_correction"
+    issues = []
+    weight = correction.is_weight
+    if not weight.enabled:
+        issues += [_warning(f"{path}.is_weight.{name}", "has no effect while is_weight.enabled is false")
+                   for name in ("weight_type", "upper_bound") if name in weight.model_fields_set]
+    for i, rule in enumerate(correction.filters):
+        where = f"{path}.filters.{i}"
+        if not rule.enabled and rule.model_fields_set - {"enabled"}:
+            issues.append(_warning(f"{where}.enabled", "false: this filter is off and keeps every token"))
+        elif rule.enabled and not (rule.ratio_enabled or rule.diff_enabled):
+            issues.append(_warning(where, "enabled, but ratio_enabled and diff_enabled are false: it keeps every "
+                                   "token; enable one of them"))
+    if not correction.acts():
+        return issues
+    if config.use_rollout_log_probs:
+        issues.append(_error(path, "needs two log-probs of each token, actor_train's recomputed old log-probs and "
+                             "the rollout engine's; use_rollout_log_probs: true makes the engine's the old "
+                             "log-probs (every ratio would be 1); set use_rollout_log_probs: false"))
+    args = config.actor_infer.generating_args
+    if strategy_name("actor_infer", config.actor_infer) == "vllm" and args is not None:
+        truncating = [name for name, neutral in TRUNCATING_KNOBS.items() if getattr(args, name) not in neutral]
+        if truncating:
+            issues.append(_warning(path, f"actor_infer.generating_args {', '.join(truncating)}: vLLM reports the "
+                                   "log-probs of the truncated / penalised distribution it sampled from, actor_train "
+                                   "those of the full one, so every ratio also carries the log of the kept mass, "
+                                   "not only the numerical mismatch"))
     return issues
 
 

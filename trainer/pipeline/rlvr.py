@@ -34,6 +34,7 @@ from trainer import roles
 from trainer.algorithms import kl as kl_algos
 from trainer.algorithms import off_policy, step_advantages
 from trainer.algorithms.advantages import compute_advantages
+from trainer.algorithms.train_infer import MismatchFilter, MismatchWeight, correct_mismatch
 from trainer.checkpoint import core as ckpt
 from trainer.config import topology
 from trainer.config.topology import train_shape
@@ -186,11 +187,12 @@ class RLVRPipeline:
         one_update = train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout == 1
         self.needs_old_log_probs = not one_update or cfg.add_token_level_kl
         # actor_train recomputes them (the default) when needed, and on every step for an engine with its
-        # own kernels (vllm), so that rollout/logprob_diff_* tracks the training-inference mismatch
+        # own kernels (vllm), so that rollout/logprob_diff_* tracks the training-inference mismatch, or when
+        # train_infer_correction compares them with the engine's
         self.engine = topology.strategy_name("actor_infer", cfg.actor_infer)
         self.weights_in_process = weights_in_process(cfg, groups)
         self.recomputes_log_probs = ((self.needs_old_log_probs and not cfg.use_rollout_log_probs)
-                                     or self.engine != "hf_infer")
+                                     or self.engine != "hf_infer" or cfg.train_infer_correction.acts())
         # the rollout engine frees its memory while a colocated trainer works (vLLM-style sleep/wake)
         infer_devices = set(cfg.actor_infer.device_mapping or ())
         self.infer_sleeps = bool(infer_devices & set(cfg.actor_train.device_mapping or ()))
@@ -538,6 +540,11 @@ class RLVRPipeline:
             actor_batch, ratio_metrics = self.correct_off_policy(actor_batch, batch["old_log_probs"], engine_log_probs,
                                                                  stale=staleness > 0)
             metrics.update(ratio_metrics)
+        if cfg.train_infer_correction.acts():  # fresh rows; stale ones only where off_policy_correction leaves them
+            rows = staleness == 0 if corrects else torch.ones_like(staleness, dtype=torch.bool)
+            actor_batch, mismatch_metrics = self.correct_train_infer(actor_batch, mask, batch["old_log_probs"],
+                                                                     engine_log_probs, rows)
+            metrics.update(mismatch_metrics)
 
         if "critic" in self.groups:
             with timer("critic_update"):
@@ -585,6 +592,27 @@ class RLVRPipeline:
         kept = torch.where(rows, mask * keep.to(mask.dtype), mask)
         metrics["async/is_masked_tokens"] = float((mask - kept).sum())
         return {**actor_batch, "response_mask": kept}, metrics
+
+    def correct_train_infer(self, actor_batch: dict[str, torch.Tensor], response_mask: torch.Tensor,
+                            old_log_probs: torch.Tensor, engine_log_probs: torch.Tensor,
+                            rows: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """ROLL's train_infer_correction on `rows` (trainer.algorithms.train_infer), its ratios over each row's
+        response tokens: the actor's loss mask keeps the tokens every enabled filter passes, and with is_weight
+        `train_infer_weights` carries w_t (1 on the other rows), which actor_loss multiplies into the
+        policy-gradient term. Metrics `actor/...` under ROLL's names (docs/decisions/0040)."""
+        spec = self.cfg.train_infer_correction
+        weight = (MismatchWeight(spec.is_weight.weight_type, spec.is_weight.upper_bound)
+                  if spec.is_weight.enabled else None)
+        filters = tuple(MismatchFilter(rule.agg_type, (rule.ratio_low, rule.ratio_high) if rule.ratio_enabled else None,
+                                       (rule.diff_low, rule.diff_high) if rule.diff_enabled else None)
+                        for rule in spec.filters if rule.enabled)
+        on_rows = response_mask * rows.unsqueeze(-1).to(response_mask.dtype)
+        out = correct_mismatch(old_log_probs, engine_log_probs, on_rows, weight=weight, filters=filters)
+        mask, where = actor_batch["response_mask"], rows.unsqueeze(-1)
+        corrected = {**actor_batch, "response_mask": torch.where(where, mask * out.keep.to(mask.dtype), mask)}
+        if weight is not None:
+            corrected["train_infer_weights"] = torch.where(where, out.weights, torch.ones_like(out.weights))
+        return corrected, {f"actor/{key}": value for key, value in out.metrics.items()}
 
     def sync_weights(self) -> None:
         if self.weights_in_process:

@@ -125,15 +125,19 @@ def loss_agg(cfg: PipelineConfig, mb: dict[str, Tensor]) -> LossAgg:
 
 def actor_loss(cfg: PipelineConfig, temperature: float, model: nn.Module,
                mb: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-    """The policy loss the config names (`ppo`, `gspo`, `topr` with `use_topr_loss`, or `topr_token` with
-    ROLL's `actor_train.pg_variant: topr`), each with the clip range `pg_clip_low`/`pg_clip_high` (else
-    `pg_clip`), plus the entropy and KL terms and TOPR's negative-sample term:
+    """The policy loss the config names (`ppo`, `gspo`, `topr` with `use_topr_loss`, `topr_token` with
+    ROLL's `actor_train.pg_variant: topr`, or `pg` with ROLL's `use_policy_loss_type: PG`), the clipped ones
+    with the clip range `pg_clip_low`/`pg_clip_high` (else `pg_clip`), plus the entropy and KL terms and
+    TOPR's negative-sample term:
 
         loss = rl_loss_coef · L_pg + kl_loss_coef · KL(π, π_ref) − entropy_loss_coef · H(π)
                + use_topr_neg_loss_coef · L_topr−
 
     A micro-batch may carry `sample_weights` [batch] (difficulty / length loss weights): they weight
-    the policy-gradient term only, as ROLL does, not the entropy or KL terms."""
+    the policy-gradient term only, as ROLL does, not the entropy or KL terms. It may carry
+    `train_infer_weights` [batch, len] (train_infer_correction's is_weight, trainer.algorithms.train_infer):
+    w_t multiplies token t's policy-gradient term only, as ROLL multiplies its pg loss; every L_pg here is
+    positively homogeneous in the advantage (clips and dual clip included), so that is L_pg with w_t·A_t."""
     clip_low, clip_high = cfg.clip_range()
     mask = mb["response_mask"]
     logits = response_logits(model, mb, temperature)
@@ -142,21 +146,26 @@ def actor_loss(cfg: PipelineConfig, temperature: float, model: nn.Module,
     # absent when this is the only update on fresh rollouts: then π_old = π (ratio 1, exact)
     old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
     weights = mb.get("sample_weights")
-    name = "topr" if cfg.use_topr_loss else "topr_token" if cfg.actor_train.pg_variant == "topr" else cfg.policy_loss
+    # the policy-gradient term's advantages, weighted by train_infer_correction's is_weight where it acts
+    adv = mb["advantages"] * mb["train_infer_weights"] if "train_infer_weights" in mb else mb["advantages"]
+    name = ("topr" if cfg.use_topr_loss else "topr_token" if cfg.actor_train.pg_variant == "topr"
+            else "pg" if cfg.use_policy_loss_type == "PG" else cfg.policy_loss)
     if name == "ppo":
         out = pl.ppo_policy_loss(
-            log_probs, old, mb["advantages"], mask, clip_low=clip_low, clip_high=clip_high,
+            log_probs, old, adv, mask, clip_low=clip_low, clip_high=clip_high,
             dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None, agg=agg, sample_weights=weights,
         )
+    elif name == "pg":
+        out = pl.pg_policy_loss(log_probs, old, adv, mask, agg=agg, sample_weights=weights)
     elif name == "gspo":
-        out = pl.gspo_policy_loss(log_probs, old, mb["advantages"], mask, clip_low=clip_low,
+        out = pl.gspo_policy_loss(log_probs, old, adv, mask, clip_low=clip_low,
                                   clip_high=clip_high, agg=agg, sample_weights=weights)
     elif name == "topr":
-        out = pl.topr_policy_loss(log_probs, old, mb["advantages"], mask, mb["scores"], agg=agg,
+        out = pl.topr_policy_loss(log_probs, old, adv, mask, mb["scores"], agg=agg,
                                   sample_weights=weights)
     else:
         out = pl.topr_token_policy_loss(
-            log_probs, old, mb["advantages"], mask, mb["scores"], agg=agg, sample_weights=weights,
+            log_probs, old, adv, mask, mb["scores"], agg=agg, sample_weights=weights,
             positive_weight=cfg.actor_train.topr_positive_weight, negative_weight=cfg.actor_train.topr_negative_weight,
         )
     entropy = pl.entropy_loss(logits, mask, agg)

@@ -32,7 +32,7 @@ def test_registries_match_the_contract() -> None:
     assert set(registry.KL_ESTIMATORS) == CONTRACT_KL_PENALTIES
     assert set(registry.LOSS_AGG_MODES) == CONTRACT_LOSS_AGG_MODES
     assert set(registry.NORM_TYPES) == CONTRACT_NORM_TYPES
-    assert set(registry.POLICY_LOSSES) == {"ppo", "gspo", "topr", "topr_token"}
+    assert set(registry.POLICY_LOSSES) == {"ppo", "pg", "gspo", "topr", "topr_token"}
 
 
 @pytest.mark.parametrize(

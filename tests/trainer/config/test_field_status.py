@@ -35,7 +35,7 @@ ENGINE_ALSO = (REPO / "trainer" / "config" / "topology.py",)
 # cannot tell whether such an inactive field is read, so only acting fields are checked for them.
 SHARED_NAMES = frozenset({"name", "type", "device", "enabled", "stage", "seed", "tag", "id", "max_steps",
                           "local_rank", "num_labels", "model_type", "max_length", "bf16", "fp16",
-                          "l2", "format_pattern", "max_grad_norm", "method"})
+                          "l2", "format_pattern", "max_grad_norm", "method", "detach"})
 
 
 @cache

@@ -216,8 +216,10 @@ NOTES: dict[str, str] = {
     f"{T}.policy.megatron_config": "used when trainer.strategy is megatron",
     f"{T}.ref.megatron_config": "the reference follows the policy's Megatron layout",
     f"{ALG}.kl_ctrl": "KL control applies with use_kl_in_reward", f"{ALG}.tis_imp_ratio_cap":
-    "truncated importance sampling here is off_policy_correction, for stale batches only",
-    f"{ALG}.use_tis": "truncated importance sampling here is off_policy_correction, for stale batches only",
+    "not translated: truncated importance sampling is the native train_infer_correction.is_weight (fresh batches) "
+    "or off_policy_correction (stale batches)",
+    f"{ALG}.use_tis": "not translated: truncated importance sampling is the native train_infer_correction.is_weight "
+    "(fresh batches) or off_policy_correction (stale batches)",
     f"{ALG}.dynamic_sampling": "dynamic sampling (filter / replace) is not built",
     f"{ALG}.zero_variance_filter": "groups without reward variance are kept (difficulty_mask drops solved or "
     "unsolved prompts)", f"{ALG}.clip_cov": "clip-cov applies to SkyRL's loss of that name only",
@@ -258,9 +260,9 @@ NOTES: dict[str, str] = {
     f"{G}.inference_engine_pipeline_parallel_size": "pipeline-parallel engines are not built",
     f"{G}.inference_engine.pipeline_parallel_size": "pipeline-parallel engines are not built",
     f"{ALG}.init_kl_coef": "KL in the reward is weighted by kl_loss_coef (init_kl_coef), as in SkyRL from v0.1",
-    f"{ALG}.off_policy_correction": "SkyRL's rollout-vs-trainer importance correction is not applied: old log-probs "
-    "are recomputed by actor_train and the loss uses them uncorrected (the native off_policy_correction acts on "
-    "stale batches only)",
+    f"{ALG}.off_policy_correction": "SkyRL's rollout-vs-trainer importance correction is not applied from this "
+    "key: set the native train_infer_correction (ROLL's weights and filters, fresh batches) or "
+    "off_policy_correction (stale batches)",
     f"{T}.policy.model.lora.init_method": "LoRA adapters start from PEFT's default initialisation",
     f"{T}.log_path": "logs go to the run directory (events.jsonl and the trainer log)",
     f"{T}.exclude_modules": "LoRA adapters go on lora_target modules only",

@@ -443,8 +443,9 @@ NOTES: dict[str, str] = {
     "reward_model.megatron": "reward models run forward-only (hf_infer)",
     "algorithm.use_pf_ppo": "prioritised (PF-PPO) resampling is not built",
     "algorithm.pf_ppo": "prioritised (PF-PPO) resampling is not built",
-    "algorithm.rollout_correction": "rollout-training mismatch correction here is off_policy_correction, for "
-    "stale batches only", "trainer.device": "GPU roles run on CUDA (CPU without device_mapping)",
+    "algorithm.rollout_correction": "not translated (verl's IS/RS modes and vetoes differ from ROLL's): set the "
+    "native train_infer_correction (fresh batches) or off_policy_correction (stale batches)",
+    "trainer.device": "GPU roles run on CUDA (CPU without device_mapping)",
     "trainer.esi_redundant_time": "no elastic-instance checkpoint timing", "trainer.val_only":
     "evaluation without training is `trainer validate`/eval_steps", "trainer.use_legacy_worker_impl":
     "workers are PolicyLab's own", "trainer.max_ref_ckpt_to_keep": "the reference is never checkpointed",

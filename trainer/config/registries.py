@@ -8,7 +8,12 @@ REWARD_TYPES / SYNTHETIC_TASKS; a test keeps these sets equal to the implementat
 from __future__ import annotations
 
 # Reward functions built into the trainer (trainer.rewards.registry.REWARDS has the same keys).
-REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model", "code_sandbox")
+REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model", "code_sandbox", "llm_judge")
+
+# Judge prompts of the llm_judge reward by name (trainer.rewards.llm_judge.JUDGE_PROMPTS has the same keys):
+# ROLL's prompt_maps name for its reference-match prompt, and the 0-10 scoring prompt ROLL uses when
+# judge_prompt is unset.
+JUDGE_PROMPTS: tuple[str, ...] = ("score-0-10", "Qwen2.5-7B-Instruct-RLVR-prompt")
 
 # Prompt templates (trainer.data.datasets.render_prompt): the tokenizer's own chat template under
 # ROLL's names for it, or the raw prompt text.
@@ -39,11 +44,11 @@ ROLL_UNSUPPORTED_ENV_MANAGERS: dict[str, str] = {
 ROLL_REWARD_WORKERS: dict[str, str] = {
     "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker": "math_rule",
     "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker": "code_sandbox",
+    "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker": "llm_judge",
 }
 
 # ROLL reward worker classes that ROLL documents but we do not implement yet (clear error).
 ROLL_UNSUPPORTED_REWARD_WORKERS: dict[str, str] = {
-    "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker": "LLM-as-judge reward",
     "roll.pipeline.rlvr.rewards.general_val_rule_reward_worker.GeneralValRuleRewardWorker": (
         "general rule reward"
     ),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from trainer.config.device_mapping import check_device_ids, parse_device_mapping
 from trainer.config.registries import (
     CHAT_TEMPLATES,
+    JUDGE_PROMPTS,
     RAW_TEMPLATES,
     REWARD_TYPES,
     ROLL_REWARD_WORKERS,
@@ -1055,7 +1056,9 @@ class RewardWorkerConfig(WorkerConfig):
         None, category="Reward processing", description="Filtering of this reward's prompt groups by their rewards."
     )
     response_filter_config: QueryFilterConfig | None = fld(
-        None, category="Reward processing", inactive=planned("reward-based filtering of responses"), description="Filtering of single responses by their rewards."
+        None, category="Reward processing",
+        inactive=import_only("ROLL's response_filter keeps every response whatever this says (its hook is a stub)"),
+        description="ROLL: filtering of single responses by their rewards (never applied by ROLL either).",
     )
     format_pattern: str | None = fld(
         None, category="Reward processing", inactive=import_only("the format reward checks the chat template's answer format"), description="Regular expression a well-formatted response matches."
@@ -1083,21 +1086,33 @@ class RewardWorkerConfig(WorkerConfig):
         description="code_sandbox: run the tests in the local sandbox (time, memory, output and network limits; "
         "docs/decisions/0036) instead of through code_url.",
     )
-    judge_prompt: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
-                                   description="Name of the prompt template the judge model scores with.")
-    judge_model_type: Literal["api", "inference"] | None = fld(
-        None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
-        description="api: call judge_api_url; inference: run the judge model of this reward worker.",
+    judge_prompt: Literal[JUDGE_PROMPTS] | None = fld(  # type: ignore[valid-type]
+        None, category="Reward processing",
+        description="llm_judge: the judge prompt by name (the question, the response and the reference answer filled "
+        f"in): {', '.join(JUDGE_PROMPTS)}; unset uses score-0-10, as ROLL uses its 0-10 prompt.",
     )
-    judge_model_name: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
-                                       description="Model name sent to the judge API.")
-    judge_api_url: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
-                                    description="Endpoint of the judge API.")
-    judge_api_key: str | None = fld(None, category="Reward processing", inactive=planned("LLM-as-judge rewards"),
-                                    description="Key of the judge API (prefer ${oc.env:…} over writing it here).")
+    judge_model_type: Literal["api", "inference"] | None = fld(
+        None, category="Reward processing",
+        description="llm_judge: api calls an OpenAI-compatible judge_api_url (POST …/chat/completions); inference "
+        "generates the judgment with this reward section's own model (model_args, generating_args, hf_infer).",
+    )
+    judge_model_name: str | None = fld(None, category="Reward processing",
+                                       description="llm_judge (api): the model name sent with each judge request.")
+    judge_api_url: str | None = fld(
+        None, category="Reward processing",
+        description="llm_judge (api): base URL of the OpenAI-compatible API (e.g. https://host/v1); requests go to "
+        "<url>/chat/completions.",
+    )
+    judge_api_key: str | None = fld(
+        None, category="Reward processing",
+        description="llm_judge (api): sent as `Authorization: Bearer <key>`; prefer ${oc.env:…} over writing it here. "
+        "Never logged, and blanked in the config trackers upload.",
+    )
     reward_manager_config: list[dict[str, Any]] = fld_factory(
-        list, category="Reward processing", inactive=planned("reward-system plugins"),
-        description="ROLL's reward-system plugins of this worker.",
+        list, category="Reward processing",
+        inactive=planned("ROLL's remote reward system (RemoteRewardSystemWorker passes these plugin entries verbatim to "
+                         "Alibaba's reward-system service, whose plugins have no public definition)"),
+        description="ROLL's reward-system plugins of this worker ({plugin_name, …} entries for its reward service).",
     )
 
     @model_validator(mode="after")

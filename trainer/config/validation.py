@@ -359,6 +359,12 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
             what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]
             issues.append(ConfigIssue(f"rewards.{name}.worker_cls", f"{what} ({reward.worker_cls}) {NOT_BUILT}",
                                       kind="not_built"))
+        judge_strategy = strategy_name(f"rewards.{name}", reward)
+        is_judge = "llm_judge" in (reward.reward_type, ROLL_REWARD_WORKERS.get(reward.worker_cls or ""))
+        if is_judge and reward.judge_model_type == "inference" and judge_strategy != "hf_infer":
+            issues.append(ConfigIssue(f"rewards.{name}.strategy_args.strategy_name", f"an inference judge on "
+                                      f"{judge_strategy} {NOT_BUILT}; valid: hf_infer (or judge_model_type: api "
+                                      "with a vLLM OpenAI server)", kind="not_built"))
     variant = config.actor_train.pg_variant
     if variant is not None and variant not in PG_VARIANTS_BUILT:
         issues.append(ConfigIssue("actor_train.pg_variant", f"{variant!r} {NOT_BUILT}; valid: "
@@ -814,6 +820,40 @@ def _check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
             )
         if (reward.reward_type or from_cls) == "reward_model" and reward.model_args.model_name_or_path is None:
             issues.append(_error(f"{path}.model_args.model_name_or_path", "a reward_model reward needs a model path"))
+        issues += _judge_issues(config, path, reward, (reward.reward_type or from_cls) == "llm_judge")
+    return issues
+
+
+JUDGE_API_FIELDS = ("judge_model_name", "judge_api_url", "judge_api_key")
+
+
+def _judge_issues(config: PipelineConfig, path: str, reward: Any, is_judge: bool) -> list[ConfigIssue]:
+    """An llm_judge reward's fields go together: judge_model_type api needs judge_api_url (http or https) and
+    judge_model_name, inference a model; judge fields on another reward, or the other mode's, do nothing."""
+    judge_fields = ("judge_prompt", "judge_model_type", *JUDGE_API_FIELDS)
+    if not is_judge:
+        return [_warning(f"{path}.{name}", f"has no effect: {path} is not an llm_judge reward (reward_type: "
+                         "llm_judge or ROLL's LLMJudgeRewardWorker)") for name in judge_fields
+                if getattr(reward, name) is not None]
+    mode = reward.judge_model_type
+    if mode is None:
+        return [_error(f"{path}.judge_model_type", "an llm_judge reward needs it; valid: api (judge_api_url, "
+                       "judge_model_name), inference (this section's model_args)")]
+    issues = []
+    if mode == "api":
+        issues += [_error(f"{path}.{name}", f"judge_model_type api needs it ({description})")
+                   for name, description in (("judge_api_url", "the API's base URL, e.g. https://host/v1"),
+                                             ("judge_model_name", "the model name each request sends"))
+                   if not getattr(reward, name)]
+        url = reward.judge_api_url
+        if url and not url.startswith(("http://", "https://")):
+            issues.append(_error(f"{path}.judge_api_url", f"{url!r} is not an http:// or https:// URL"))
+    else:
+        if not (reward.model_args.model_name_or_path or config.reward_pretrain):
+            issues.append(_error(f"{path}.model_args.model_name_or_path", "judge_model_type inference generates "
+                                 "the judgment with this section's model: set its path (or reward_pretrain)"))
+        issues += [_warning(f"{path}.{name}", "has no effect: judge_model_type inference runs the section's own "
+                            "model, not an API") for name in JUDGE_API_FIELDS if getattr(reward, name) is not None]
     return issues
 
 

@@ -73,11 +73,21 @@ def open_emitter(cfg: PipelineConfig, identity: Any) -> RunTelemetry:
     kwargs = {"log_dir": cfg.logging_dir, **cfg.tracker_kwargs} if cfg.track_with == "tensorboard" else cfg.tracker_kwargs
     try:
         tracker = build_tracker(cfg.track_with, cfg.output_dir, run_name=identity.run_id,
-                                config=cfg.model_dump(mode="json"), **kwargs)
+                                config=tracker_config(cfg), **kwargs)
     except Exception:
         emitter.close()
         raise
     return RunTelemetry(emitter, tracker)
+
+
+def tracker_config(cfg: PipelineConfig) -> dict[str, Any]:
+    """The resolved config a tracker uploads (wandb, swanlab), each reward's judge_api_key blanked: a key
+    resolved from ${oc.env:…} must not leave the trainer."""
+    data = cfg.model_dump(mode="json")
+    for section in (data.get("rewards") or {}).values():
+        if section.get("judge_api_key"):
+            section["judge_api_key"] = "<redacted>"
+    return data
 
 
 def open_emitter_at(output_dir: str | Path | None, run_id: str, attempt: int, redis_url: str | None) -> RunTelemetry:

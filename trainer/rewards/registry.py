@@ -17,6 +17,7 @@ from typing import Any
 from trainer.data.synthetic import get_task
 from trainer.rewards.code_sandbox import CodeSandboxOptions, code_sandbox_reward
 from trainer.rewards.format import DEFAULT_FORMAT_PATTERN, format_reward
+from trainer.rewards.llm_judge import LLMJudgeOptions, llm_judge_reward
 from trainer.rewards.math_rule import math_score
 from trainer.rewards.reward_model import score_with_reward_model
 
@@ -73,10 +74,11 @@ REWARDS: dict[str, Callable[..., list[float]]] = {
     "format": format_penalty_reward,
     "reward_model": reward_model_reward,
     "code_sandbox": code_sandbox_reward,
+    "llm_judge": llm_judge_reward,
 }
 
 # Rewards whose options are a dataclass: checked (names and values) when the reward is built.
-OPTIONS: dict[str, type] = {"code_sandbox": CodeSandboxOptions}
+OPTIONS: dict[str, type] = {"code_sandbox": CodeSandboxOptions, "llm_judge": LLMJudgeOptions}
 
 
 def check_options(name: str, options: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from trainer.roles.profiling import profiled
 from trainer.rollout.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
-    from trainer.config.schema import PipelineConfig
+    from trainer.config.schema import PipelineConfig, WorkerConfig
 
 
 class ActorInferWorker(RoleBase):
@@ -59,13 +59,17 @@ class ActorInferWorker(RoleBase):
 
 
 def hf_engine(cfg: PipelineConfig, role: str) -> Any:
+    return hf_engine_of(role_section(cfg, role), model_path(cfg, role), load_role_model(cfg, role))
+
+
+def hf_engine_of(section: WorkerConfig, path: str, model: Any) -> Any:
+    """An hf_infer engine over `model` (loaded from `path`): EOS from the tokenizer and the model's generation
+    config, batches of the section's infer_batch_size."""
     from trainer.models.loading import load_tokenizer
     from trainer.rollout.hf import HFInferEngine
 
-    section = role_section(cfg, role)
-    tokenizer = load_tokenizer(model_path(cfg, role), trust_remote_code=section.model_args.trust_remote_code)
+    tokenizer = load_tokenizer(path, trust_remote_code=section.model_args.trust_remote_code)
     eos = {tokenizer.eos_token_id}
-    model = load_role_model(cfg, role)
     gen_eos = getattr(model.generation_config, "eos_token_id", None)
     eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
     return HFInferEngine(

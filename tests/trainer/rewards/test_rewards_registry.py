@@ -15,8 +15,9 @@ from trainer.rewards.registry import REWARDS, build_reward
 def test_names_equal_the_config_registry() -> None:
     assert set(REWARDS) == set(REWARD_TYPES)
     with pytest.raises(ValueError,
-                       match=r"reward_type: unknown reward 'llm_judge'; valid: code_sandbox, format, math_rule"):
-        build_reward("llm_judge")
+                       match=r"reward_type: unknown reward 'crossthinkqa'; valid: code_sandbox, format, llm_judge, "
+                             r"math_rule"):
+        build_reward("crossthinkqa")
 
 
 def test_synthetic_dispatches_by_task() -> None:

@@ -25,7 +25,10 @@ SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 
 # Environments built into the trainer (trainer.envs.registry.ENVS has the same keys); ROLL's
 # `custom_envs.<tag>.env_type` names them.
-ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator")
+ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator", "tool_use")
+# Environments that take Qwen/Hermes tool calls (trainer.envs.tools): parse_tool_call_parameter_to_dict acts
+# on them.
+TOOL_CALL_ENV_TYPES: tuple[str, ...] = ("tool_use",)
 
 # ROLL env-manager classes (`*_env_manager.worker_cls`) and what runs them here: ROLL's trajectory
 # managers are the agentic loop (trainer.pipeline.agentic).

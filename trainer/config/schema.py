@@ -1344,7 +1344,9 @@ class EnvManagerConfig(Section):
 
 class CustomEnvConfig(Section):
     env_type: str = fld(
-        ..., category="Agentic", description="Registered environment type: frozen_lake, sokoban or calculator."
+        ..., category="Agentic",
+        description="Registered environment type: frozen_lake, sokoban, calculator or tool_use (tool calls in "
+        "the Qwen/Hermes format).",
     )
     max_steps: int | None = fld(
         None, category="Agentic", ge=1,
@@ -1774,8 +1776,9 @@ class PipelineConfig(Section):
         description="Importance ratio per token or per turn segment.",
     )
     parse_tool_call_parameter_to_dict: bool = fld(
-        False, category="Agentic", inactive=import_only("tool-calling environments are not built"),
-        description="Parse tool-call arguments into structured values (Qwen3.5 templates).",
+        False, category="Agentic",
+        description="Tool calls whose \"arguments\" is a JSON string holding the object are decoded into it "
+        "before the tool runs; off, such a call is malformed (tool-calling environments: tool_use).",
     )
     skip_mock_system_prompt: bool = fld(
         False, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),

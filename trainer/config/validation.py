@@ -32,6 +32,7 @@ from trainer.config.registries import (
     ROLL_REWARD_WORKERS,
     ROLL_UNSUPPORTED_ENV_MANAGERS,
     ROLL_UNSUPPORTED_REWARD_WORKERS,
+    TOOL_CALL_ENV_TYPES,
 )
 from trainer.config.schema import (
     AGENTIC_ADV_ESTIMATORS,
@@ -883,6 +884,7 @@ def _check_agentic(config: PipelineConfig) -> list[ConfigIssue]:
         issues += _env_manager_issues(name, manager, *batch)
     issues += _custom_env_issues(config)
     issues += _agentic_mode_issues(config)
+    issues += _tool_call_issues(config)
     return issues
 
 
@@ -923,6 +925,18 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
             issues.append(_warning(f"custom_envs.{tag}.max_tokens_per_step", "unset, so each turn may take all of "
                                    "response_length and a trajectory has room for one turn; set it"))
     return issues
+
+
+def _tool_call_issues(config: PipelineConfig) -> list[ConfigIssue]:
+    """parse_tool_call_parameter_to_dict acts only on the tool-calling environments an agentic run plays."""
+    if not config.parse_tool_call_parameter_to_dict:
+        return []
+    managers = [m for m in (config.train_env_manager, config.val_env_manager) if m is not None]
+    types = {config.custom_envs[tag].env_type for m in managers for tag in m.tags if tag in config.custom_envs}
+    if types & set(TOOL_CALL_ENV_TYPES):
+        return []
+    return [_warning("parse_tool_call_parameter_to_dict", "unused: no environment played takes tool calls "
+                     f"(env_type {', '.join(TOOL_CALL_ENV_TYPES)} of an agentic run)")]
 
 
 def _agentic_mode_issues(config: PipelineConfig) -> list[ConfigIssue]:

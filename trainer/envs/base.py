@@ -11,6 +11,11 @@ format. `info` always carries:
     success    bool   the goal is reached (the episode then ends)
     action     str | None   the parsed action (canonical name), None when the format was broken
 
+and, when the reply made tool calls (trainer.envs.tools):
+
+    tool_results  list[str]  one result per call, in order: the observation is these tool messages
+                             (rendered with the chat template's tool role, trainer.pipeline.trajectory)
+
 `render()` is a text frame of the current state (what `render_save_dir` collects). Environments are
 plain Python, cheap to build, and hold no state across episodes beyond what `reset` sets.
 """
@@ -38,9 +43,11 @@ class StepResult(NamedTuple):
 
 class Env(ABC):
     """A text environment (module docstring). Subclasses set `instruction`, the text shown before the
-    first observation unless the config's `env_instruction` replaces it."""
+    first observation unless the config's `env_instruction` replaces it, and a tool-calling environment
+    `tool_schemas`, which the first prompt passes to the chat template."""
 
     instruction: str = ""
+    tool_schemas: tuple[dict[str, Any], ...] = ()  # the tools offered, as chat templates take them (`tools=`)
 
     @abstractmethod
     def reset(self, seed: int) -> str:

@@ -93,8 +93,10 @@ class EnvManager:
     `position`, the training episodes drawn so far (the run ledger's stream position)."""
 
     def __init__(self, name: str, manager: EnvManagerConfig, custom_envs: dict[str, CustomEnvConfig], *,
-                 batch_size: int, seed: int) -> None:
+                 batch_size: int, seed: int, parse_tool_call_parameter_to_dict: bool = False) -> None:
         self.name, self.seed, self.batch_size = name, seed, batch_size
+        # pipeline-level keys the environments that take them receive (trainer.envs.registry.PIPELINE_KEYS)
+        self.pipeline = {"parse_tool_call_parameter_to_dict": parse_tool_call_parameter_to_dict}
         self.position = 0
         env_manager_kind(manager.worker_cls, where=f"{name}.worker_cls")  # only trajectory managers run here
         missing = [tag for tag in manager.tags if tag not in custom_envs]
@@ -118,7 +120,8 @@ class EnvManager:
 
     def make_env(self, tag: str) -> Env:
         spec = self.specs[tag]
-        return make_env(spec.env_type, spec.env_config, where=f"custom_envs.{tag}.env_type")
+        return make_env(spec.env_type, spec.env_config, where=f"custom_envs.{tag}.env_type",
+                        pipeline=self.pipeline)
 
     def instruction(self, tag: str, env: Env) -> str:
         """The config's env_instruction when set (even empty), else the environment's own."""

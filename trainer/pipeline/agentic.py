@@ -53,10 +53,11 @@ if TYPE_CHECKING:
 def build_env_managers(cfg: PipelineConfig) -> tuple[EnvManager, EnvManager | None]:
     """(training, evaluation) env managers; raises for a bad layout or env before any worker starts."""
     assert cfg.train_env_manager is not None
+    tool_args = {"parse_tool_call_parameter_to_dict": cfg.parse_tool_call_parameter_to_dict}
     train = EnvManager("train_env_manager", cfg.train_env_manager, cfg.custom_envs,
-                       batch_size=cfg.rollout_batch_size, seed=cfg.seed)
+                       batch_size=cfg.rollout_batch_size, seed=cfg.seed, **tool_args)
     val = (EnvManager("val_env_manager", cfg.val_env_manager, cfg.custom_envs, batch_size=cfg.val_batch_size,
-                      seed=cfg.seed) if cfg.val_env_manager is not None else None)
+                      seed=cfg.seed, **tool_args) if cfg.val_env_manager is not None else None)
     return train, val
 
 

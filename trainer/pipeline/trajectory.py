@@ -10,6 +10,12 @@ reply_k are the tokens the engine sampled, loss mask 1 (a closing EOS included, 
 are the tokens between two replies, loss mask 0: what closes the assistant message (less what the
 reply generated itself, e.g. its EOS), the user message holding the observation, and the next
 generation prompt — what the chat template renders between two assistant contents (`ChatFormat`).
+When the reply made tool calls (info["tool_results"], trainer.envs.tools) the observation is one tool
+message per result, rendered with the template's tool role (`ToolFormat`: consecutive tool messages as
+the template joins them, e.g. Qwen's <tool_response> blocks in one user turn); a template without a
+tool role (it refuses or drops a tool message) gets them as one user message of
+<tool_response>\nRESULT\n</tool_response> blocks, as ROLL's tool wrapper writes them. The first
+prompt passes the environment's tool schemas to the template (`tools=`), as ROLL does.
 The engine is given exactly these tokens each turn and they are the tokens trained on (token in,
 token out): the conversation is never re-tokenised. The observation after the last reply is shown
 in telemetry but is not part of the row.
@@ -25,11 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from jinja2 import TemplateError
 from torch import Tensor
 
 from trainer.envs.base import DONE_REASONS, Env
@@ -38,6 +45,23 @@ from trainer.models.batch import build_batch
 from trainer.rollout.base import Generation, SamplingParams
 
 _A, _O = "\x02ASSISTANT\x03", "\x02OBSERVATION\x03"  # sentinels no template alters
+_T = ("\x02TOOL1\x03", "\x02TOOL2\x03", "\x02TOOL3\x03")
+_HISTORY_CHANGES = ("chat template: rendering one more turn changes the earlier turns' text, so turns cannot be "
+                    "appended token by token; use a template that renders history unchanged")
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """The chat template's text around the tool messages that follow an assistant reply."""
+
+    open: str  # after the assistant close, before the first result: "<|im_start|>user\n<tool_response>\n" (Qwen)
+    between: str  # between two results: "\n</tool_response>\n<tool_response>\n" (Qwen)
+    close: str  # after the last result, through the next generation prompt
+
+
+def tool_responses(results: list[str]) -> str:
+    """Tool results as one user message's text, for templates without a tool role (ROLL's tool wrapper)."""
+    return "\n".join(f"<tool_response>\n{result}\n</tool_response>" for result in results)
 
 
 @dataclass(frozen=True)
@@ -47,14 +71,26 @@ class ChatFormat:
     assistant_close: str  # after an assistant's content, e.g. "<|im_end|>\n"
     user_open: str  # before an observation, e.g. "<|im_start|>user\n"
     user_close: str  # after it, through the next generation prompt: "<|im_end|>\n<|im_start|>assistant\n"
+    tool: ToolFormat | None = None  # the template's tool role; None: it has none (results go in a user message)
+
+    def _close(self, generated_close: str) -> str:
+        close = self.assistant_close
+        if generated_close and close.startswith(generated_close):
+            close = close[len(generated_close):]
+        return close
 
     def between_replies(self, observation: str, generated_close: str = "") -> str:
         """The text from the end of one reply to the start of the next; `generated_close` is what the
         reply already generated of the assistant close (its EOS token's text), which is not repeated."""
-        close = self.assistant_close
-        if generated_close and close.startswith(generated_close):
-            close = close[len(generated_close):]
-        return close + self.user_open + observation + self.user_close
+        return self._close(generated_close) + self.user_open + observation + self.user_close
+
+    def between_tool_results(self, results: list[str], generated_close: str = "") -> str:
+        """As between_replies, the observation being one tool message per result (module docstring)."""
+        if not results:
+            raise ValueError("between_tool_results: no tool result")
+        if self.tool is None:
+            return self.between_replies(tool_responses(results), generated_close)
+        return self._close(generated_close) + self.tool.open + self.tool.between.join(results) + self.tool.close
 
 
 def chat_format(tokenizer: Any) -> ChatFormat:
@@ -67,15 +103,42 @@ def chat_format(tokenizer: Any) -> ChatFormat:
     after = tokenizer.apply_chat_template([*turn, {"role": "user", "content": _O}],
                                           add_generation_prompt=True, tokenize=False)
     if _A not in before or not after.startswith(before) or _O not in after[len(before):]:
-        raise ValueError("chat template: rendering one more turn changes the earlier turns' text, so turns "
-                         "cannot be appended token by token; use a template that renders history unchanged")
+        raise ValueError(_HISTORY_CHANGES)
     rest, at = after[len(before):], after[len(before):].index(_O)
-    return ChatFormat(before[before.index(_A) + len(_A):], rest[:at], rest[at + len(_O):])
+    return ChatFormat(before[before.index(_A) + len(_A):], rest[:at], rest[at + len(_O):],
+                      tool_format(tokenizer, turn, before))
 
 
-def first_prompt(tokenizer: Any, text: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                         tokenize=False)
+def tool_format(tokenizer: Any, turn: list[dict[str, str]], before: str) -> ToolFormat | None:
+    """The template's rendering of 1, 2 and 3 tool messages after `turn` (rendered: `before`), or None when
+    it has no tool role: it raises on one, or drops its content."""
+    def render(k: int) -> str:
+        tools = [{"role": "tool", "content": sentinel} for sentinel in _T[:k]]
+        return tokenizer.apply_chat_template([*turn, *tools], add_generation_prompt=True, tokenize=False)
+
+    try:
+        two = render(2)
+    except (TemplateError, ValueError, TypeError, KeyError, IndexError):
+        return None
+    if not two.startswith(before):
+        raise ValueError(_HISTORY_CHANGES)
+    rest = two[len(before):]
+    if _T[0] not in rest or _T[1] not in rest:
+        return None
+    first, second = rest.index(_T[0]), rest.index(_T[1])
+    fmt = ToolFormat(rest[:first], rest[first + len(_T[0]):second], rest[second + len(_T[1]):])
+    for k in (1, 3):
+        if render(k) != before + fmt.open + fmt.between.join(_T[:k]) + fmt.close:
+            raise ValueError("chat template: its tool role renders consecutive tool messages inconsistently "
+                             f"({k} vs 2), so tool results cannot be appended token by token")
+    return fmt
+
+
+def first_prompt(tokenizer: Any, text: str, tools: Sequence[dict[str, Any]] = ()) -> str:
+    """The first user message through the template with the generation prompt; `tools` (an environment's
+    tool schemas) are passed as the template's `tools`, which a tool-aware template renders (ROLL)."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tools=list(tools) or None,
+                                         add_generation_prompt=True, tokenize=False)
 
 
 def encode(tokenizer: Any, text: str) -> list[int]:
@@ -148,7 +211,7 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         observation = env.reset(episode.seed)
         instruction = manager.instruction(episode.tag, env)
         text = f"{instruction}\n{observation}" if instruction else observation
-        prompt = encode(setup.tokenizer, first_prompt(setup.tokenizer, text))
+        prompt = encode(setup.tokenizer, first_prompt(setup.tokenizer, text, env.tool_schemas))
         if len(prompt) > setup.prompt_length:
             raise ValueError(f"prompt_length: the first prompt of {episode.tag} has {len(prompt)} tokens, "
                              f"more than {setup.prompt_length}; raise prompt_length or shorten "
@@ -194,7 +257,11 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
                     "action": info.get("action"), "stop_reason": gen.stop_reason})
     if setup.keep_frames:
         t.frames.append(env.render())
+    results = info.get("tool_results")
     observation_turn: dict[str, Any] = {"role": "user", "text": observation, "tokens": 0, "loss": False}
+    if results is not None:  # tool messages: the template's tool role, else one user message
+        observation_turn.update({"role": "tool", "text": "\n".join(results)} if setup.chat.tool is not None
+                                else {"text": tool_responses(results)})
     if done:
         t.finish("success" if info.get("success") else "failure", success=bool(info.get("success")))
     elif t.replies >= t.limits.max_turns:
@@ -204,7 +271,8 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
     else:
         # a reply ended by EOS (or a stop token such as <|im_end|>) generated the start of the close itself
         closing = tokenizer.decode(gen.token_ids[-1:]) if gen.stop_reason in ("eos", "stop") else ""
-        between = encode(tokenizer, setup.chat.between_replies(observation, closing))
+        between = encode(tokenizer, setup.chat.between_replies(observation, closing) if results is None
+                         else setup.chat.between_tool_results(results, closing))
         if len(t.response_ids) + len(between) + _budget(t, params) > setup.response_length:
             t.finish("max_length")
         else:

@@ -42,8 +42,9 @@ class MetricsData(TypedDict):
 
 
 class TurnRecord(TypedDict):
-    """One turn of an agentic trajectory: a user turn holds an observation (never trained), an
-    assistant turn a reply (trained), with the environment's reward for it and its format penalty."""
+    """One turn of an agentic trajectory: a user turn holds an observation (never trained), a tool turn
+    the results of the reply's tool calls (never trained), an assistant turn a reply (trained), with the
+    environment's reward for it and its format penalty."""
 
     role: str  # TURN_ROLES
     text: str
@@ -164,7 +165,7 @@ PROFILE_KEYS: tuple[str, ...] = ("path", "size_bytes", "role", "rank", "call", "
 ROLLOUT_SAMPLE_KEYS: tuple[str, ...] = ("prompt", "response", "reward", "advantage", "prompt_length",
                                         "response_length", "stop_reason", "group_id", "sample_index")
 TURN_KEYS: tuple[str, ...] = ("role", "text", "tokens", "loss")
-TURN_ROLES: tuple[str, ...] = ("user", "assistant")
+TURN_ROLES: tuple[str, ...] = ("user", "assistant", "tool")
 
 
 @dataclass(frozen=True)

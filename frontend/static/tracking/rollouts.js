@@ -89,7 +89,7 @@ function turnHtml(turn) {
     words.push(turn.loss ? "trained" : "not trained");
   }
   return `<li class="turn turn-${escapeHtml(turn.role)}${turn.loss ? "" : " untrained"}">
-    <div class="turn-head"><b>${turn.role === "assistant" ? "policy" : "environment"}</b> <span class="meta">${words.join(" · ")}</span></div>
+    <div class="turn-head"><b>${turn.role === "assistant" ? "policy" : turn.role === "tool" ? "tool results" : "environment"}</b> <span class="meta">${words.join(" · ")}</span></div>
     <div class="turn-text">${escapeHtml(turn.text)}</div></li>`;
 }
 

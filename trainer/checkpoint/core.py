@@ -10,6 +10,8 @@ Layout (``checkpoint_config.output_dir``, by default ``<output_dir>/checkpoints`
         driver_rng.pt                the driver's python / numpy / torch RNG states
         actor_train/ critic/ ...     each role's own files (strategy state, one RNG file per rank)
         hf_model/                    the policy in Hugging Face format (loadable by transformers)
+        lora_adapter/                with LoRA: the policy's adapter as a PEFT folder (adapter_config.json,
+                                     adapter_model.safetensors) over the base model, for adapter_name_or_path
         COMPLETE                     written last, inside the temporary directory
     checkpoints/.tmp-step_<k>-<pid>/ a save in progress; never picked by resume
 

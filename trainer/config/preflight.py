@@ -14,11 +14,12 @@ import importlib.util
 import os
 from pathlib import Path
 
+from trainer.config.adapters import adapter_mismatches, read_adapter_config
 from trainer.config.confinement import GENERATED_SCHEMES, HUB_ID, path_fields
 from trainer.config.engine_limits import check_engine_limits
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import PipelineConfig, VllmConfig, WorkerConfig
-from trainer.config.topology import roles, strategy_name
+from trainer.config.topology import TRAINING_ROLES, roles, strategy_name
 
 STRATEGY_PACKAGES: dict[str, tuple[str, ...]] = {
     "torch_train": ("torch",),
@@ -129,9 +130,32 @@ def check_paths(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
+def check_adapters(config: PipelineConfig) -> list[ConfigIssue]:
+    """Every adapter_name_or_path that exists here is a LoRA adapter folder (adapter_config.json and weights), and
+    the one a LoRA-training role continues is the LoRA it trains: same rank and alpha (trainer.config.adapters).
+    Which modules it adapts is checked when the role builds its model."""
+    issues = []
+    for role, worker in roles(config).items():
+        args = worker.model_args
+        field = f"{role}.model_args.adapter_name_or_path"
+        value = args.adapter_name_or_path
+        if not value or not Path(os.path.expanduser(value)).exists():
+            continue  # check_paths names a missing path
+        try:
+            adapter = read_adapter_config(os.path.expanduser(value), field)
+        except ValueError as error:
+            issues.append(ConfigIssue(field, str(error).removeprefix(f"{field}: ")))
+            continue
+        if role.split(".")[0] in TRAINING_ROLES and args.lora_target is not None:
+            issues += [ConfigIssue(field, f"cannot continue training it: {problem}")
+                       for problem in adapter_mismatches(adapter, args, field)]
+    return issues
+
+
 def preflight(config: PipelineConfig, backend: str = "ray", gpus: int | None = None) -> list[ConfigIssue]:
     """Every reason `config` cannot run on this machine (empty: it can). `gpus`: the CUDA devices to assume
     (None: count them with torch, as `trainer run` does; the web server, which has no torch, passes its own count)."""
     count_gpus = cuda_device_count if gpus is None else (lambda: gpus)
     return [*check_packages(config, backend), *check_devices(config, gpus),
-            *check_engine_limits(config, count_gpus, read_files=gpus is None), *check_paths(config)]
+            *check_engine_limits(config, count_gpus, read_files=gpus is None), *check_paths(config),
+            *check_adapters(config)]

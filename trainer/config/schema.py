@@ -177,8 +177,11 @@ class ModelArgs(Section):
         description="Weight of the router load-balancing loss of mixture-of-experts models; unset keeps the model's own.",
     )
     freeze_module_prefix: str | None = fld(
-        None, category="Model", inactive=planned("partial freezing"),
-        description="Comma-separated parameter-name prefixes that are kept frozen during training.",
+        None, category="Model",
+        description="Comma-separated parameter-name prefixes kept frozen while a training role trains (ROLL: "
+        "name.startswith(prefix), so model.layers.1 also freezes model.layers.10; write model.layers.1. for one "
+        "layer): no gradient, not in the optimizer. Only without lora_target (LoRA freezes the base already); a "
+        "prefix that matches no parameter is refused.",
     )
     model_config_kwargs: dict[str, Any] = fld_factory(
         dict, category="Model",
@@ -206,8 +209,11 @@ class ModelArgs(Section):
     autocast_adapter_dtype: bool = fld(True, category="Model",
                                        description="Keep LoRA adapter weights in float32 when the model is 16-bit.")
     adapter_name_or_path: str | None = fld(
-        None, category="Model", inactive=planned("Loading trained LoRA adapters"), path="read",
-        description="Folder of trained LoRA adapters to load on top of the model.",
+        None, category="Model", path="read",
+        description="Folder of a trained LoRA adapter (PEFT's adapter_config.json + adapter_model.safetensors, "
+        "e.g. a checkpoint's lora_adapter/) loaded on top of model_name_or_path: a training role with lora_target "
+        "continues training it (rank, alpha and modules must match the lora_* fields); every other role loads it "
+        "merged into the weights. actor_infer serves actor_train's adapter.",
     )
     ulysses_size: int = fld(
         1, category="Model", inactive=planned("Ulysses sequence parallelism"), ge=1,
@@ -793,6 +799,17 @@ class VllmConfig(Section):
         description="KV-cache size in bytes, instead of what gpu_memory_utilization leaves. Unset on CPU: 1 GiB "
         "(vLLM would otherwise reserve most of the node's memory; VLLM_CPU_KVCACHE_SPACE in GiB overrides).",
     )
+    enable_lora: bool = fld(
+        False, category="Strategy",
+        description="Serve actor_train's LoRA adapter with vLLM's LoRA support (LoRARequest) on the base weights "
+        "the engine loaded: each sync sends the adapter only, not the merged full weights. Needs actor_train's "
+        "lora_target, no additional_target, and a load_format that loads the base weights.",
+    )
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] | None = fld(
+        None, category="Strategy",
+        description="vLLM's largest servable LoRA rank (with enable_lora); unset: the smallest of vLLM's sizes "
+        ">= actor_train's lora_rank.",
+    )
 
 
 class SglangConfig(Section, inactive=planned("the sglang engine")):
@@ -1002,9 +1019,11 @@ class WorkerConfig(Section):
         "torch_train, fsdp2 and deepspeed strategies (not megatron).",
     )
     use_remove_padding: bool = fld(
-        False, category="Batch sizes", inactive=import_only("padding-free (remove-padding) batches are not built; "
-                                                            "batches are padded"),
-        description="ROLL: drop padding tokens inside the model (padding-free attention).",
+        False, category="Batch sizes",
+        description="ROLL: drop the columns that are padding in every row of a micro-batch (fixed rows, not "
+        "packed: ROLL's 'remove tail padding'), in training and forward passes; the token-budget and packing "
+        "knobs drop them anyway. verl's use_remove_padding (padding-free packed sequences) imports as "
+        "use_sequence_packing.",
     )
     sequence_packing_args: SequencePackingArgs = fld_factory(
         SequencePackingArgs, category="Batch sizes",

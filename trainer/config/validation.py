@@ -298,6 +298,8 @@ def check_rules(config: PipelineConfig) -> list[ConfigIssue]:
         _check_domains,
         _check_micro_batching,
         _check_lora,
+        _check_adapters,
+        _check_freezing,
         _check_profiling,
         _check_suspicious,
         _check_inactive_fields,
@@ -376,6 +378,11 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"{role}.model_args.lora_target", f"LoRA on megatron_train {NOT_BUILT} (PEFT adapts "
                                       "Hugging Face modules, not megatron-core's); train adapters with torch_train, "
                                       "fsdp2_train or deepspeed_train", kind="not_built"))
+        if (worker is not None and worker.model_args.freeze_module_prefix is not None
+                and worker.model_args.lora_target is None and strategy_name(role, worker) == "megatron_train"):
+            issues.append(ConfigIssue(f"{role}.model_args.freeze_module_prefix", f"partial freezing on megatron_train "
+                                      f"{NOT_BUILT} (the prefixes name Hugging Face parameters; megatron-core's differ); "
+                                      "use torch_train, fsdp2_train or deepspeed_train", kind="not_built"))
     if config.adv_estimator in UNBUILT_ADV_ESTIMATORS:
         built = [e for e in typing.get_args(PipelineConfig.model_fields["adv_estimator"].annotation)
                  if e not in UNBUILT_ADV_ESTIMATORS]
@@ -1277,6 +1284,87 @@ def _check_lora(config: PipelineConfig) -> list[ConfigIssue]:
     if config.reference is not None and config.reference.model_args.lora_target is not None:
         issues.append(_warning("reference.model_args.lora_target", "no effect: the reference is the frozen base "
                                "model; LoRA adapters train on actor_train and critic"))
+    return issues
+
+
+def _check_adapters(config: PipelineConfig) -> list[ConfigIssue]:
+    """model_args.adapter_name_or_path (trainer.models.adapters): every role that loads a model takes it; actor_infer
+    serves actor_train's policy, so it may repeat actor_train's adapter but not name another; evaluation generates
+    with actor_infer's engine and reward workers other than reward_model load no model, so theirs do nothing. The
+    folder's contents (adapter_config.json, rank and alpha) are preflight's: only the cluster can read them.
+    vllm's enable_lora serves actor_train's trained LoRA (trainer.rollout.vllm), which needs that LoRA, the base
+    weights loaded, no modules_to_save (vLLM serves LoRA layers only) and a rank vLLM's slot holds."""
+    issues = []
+    for role, worker in roles(config).items():
+        adapter = worker.model_args.adapter_name_or_path
+        path = f"{role}.model_args.adapter_name_or_path"
+        if adapter is not None and not adapter.strip():
+            issues.append(_error(path, "is empty; give the folder of a trained LoRA adapter, or remove it"))
+        elif adapter is not None and role == "validation":
+            issues.append(_warning(path, "no effect: evaluation generates with actor_infer's engine, which serves "
+                                   "actor_train's adapter"))
+        elif adapter is not None and role.startswith("rewards.") and _reward_kind(worker) != "reward_model":
+            issues.append(_warning(path, "no effect: only a reward_model reward loads its model_args adapter"))
+    train, infer = config.actor_train.model_args, config.actor_infer.model_args
+    if infer.adapter_name_or_path is not None and infer.adapter_name_or_path != train.adapter_name_or_path:
+        issues.append(_error("actor_infer.model_args.adapter_name_or_path",
+                             f"= {infer.adapter_name_or_path!r} differs from actor_train's {train.adapter_name_or_path!r}: "
+                             "the engine serves the policy actor_train trains (it loads actor_train's adapter); "
+                             "repeat actor_train's value or remove it"))
+    options = strategy_config(config.actor_infer)
+    if not isinstance(options, VllmConfig):
+        return issues
+    where = "actor_infer.strategy_args.strategy_config"
+    if options.max_lora_rank is not None and not options.enable_lora:
+        issues.append(_error(f"{where}.max_lora_rank", "acts only with enable_lora: true; set it, or remove this"))
+    if not options.enable_lora:
+        return issues
+    if train.lora_target is None:
+        issues.append(_error(f"{where}.enable_lora", "serves actor_train's LoRA adapter, but actor_train trains no "
+                             "LoRA; set actor_train.model_args.lora_target, or remove enable_lora"))
+        return issues
+    if options.load_format == "dummy":
+        issues.append(_error(f"{where}.load_format", "dummy leaves the base weights random, and with enable_lora only "
+                             "the adapter is synced; use auto (or safetensors / pt)"))
+    if train.additional_target is not None:
+        issues.append(_error(f"{where}.enable_lora", f"vLLM serves LoRA layers only, not actor_train's "
+                             f"additional_target {train.additional_target!r} (modules_to_save); remove one of them"))
+    rank = train.lora_rank or 8  # ROLL's default (trainer.config.adapters)
+    if options.max_lora_rank is not None and rank > options.max_lora_rank:
+        issues.append(_error(f"{where}.max_lora_rank", f"{options.max_lora_rank} is below actor_train's lora_rank "
+                             f"{rank}; set max_lora_rank >= {rank} or leave it unset"))
+    elif rank > 512:
+        issues.append(_error(f"{where}.enable_lora", f"actor_train's lora_rank {rank} is above vLLM's largest "
+                             "servable rank 512; lower lora_rank or remove enable_lora"))
+    return issues
+
+
+def _reward_kind(worker: WorkerConfig) -> str | None:
+    """A reward section's reward type, named by reward_type or by a known ROLL worker_cls."""
+    return getattr(worker, "reward_type", None) or ROLL_REWARD_WORKERS.get(worker.worker_cls or "")
+
+
+def _check_freezing(config: PipelineConfig) -> list[ConfigIssue]:
+    """freeze_module_prefix (trainer.models.freezing) is ROLL's: it freezes a training role that trains all its
+    weights; with lora_target ROLL ignores it (LoRA freezes the base already), and a forward-only role trains
+    nothing. A role repeating actor_train's value (a shared YAML anchor) is not warned about."""
+    issues = []
+    policy = config.actor_train.model_args.freeze_module_prefix
+    for role, worker in roles(config).items():
+        prefix = worker.model_args.freeze_module_prefix
+        path = f"{role}.model_args.freeze_module_prefix"
+        if prefix is None:
+            continue
+        if any(not part.strip() for part in prefix.split(",")):
+            issues.append(_error(path, f"{prefix!r} holds an empty prefix, which would freeze every parameter; give "
+                                 "comma-separated parameter-name prefixes, e.g. model.embed_tokens,model.layers.0."))
+        elif role not in TRAINING_ROLES:
+            if prefix != policy:
+                issues.append(_warning(path, "no effect: this role trains nothing (freezing acts on actor_train and "
+                                       "critic)"))
+        elif worker.model_args.lora_target is not None:
+            issues.append(_warning(path, "no effect with lora_target: LoRA trains only the adapters and freezes the "
+                                   "rest already (ROLL ignores freeze_module_prefix then)"))
     return issues
 
 

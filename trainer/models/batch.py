@@ -74,6 +74,16 @@ def is_packed(batch: dict[str, Tensor]) -> bool:
     return PACKED_IDS in batch
 
 
+def varlen_kwargs(positions: Tensor) -> dict[str, Tensor | int]:
+    """Flash-attention's varlen keyword arguments for packed position ids [1, T] (restarting at 0 per
+    sample), which trainer.models.packed_attention reads for sdpa too: cu_seq_lens_q/k = the sample
+    bounds [0, n_1, n_1 + n_2, …, T], max_length_q/k = the longest sample."""
+    starts = torch.nonzero(positions[0] == 0).flatten()
+    cu = torch.cat([starts, starts.new_tensor([positions.size(1)])]).to(torch.int32)
+    longest = int((cu[1:] - cu[:-1]).max())
+    return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
+
+
 def unpack(outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
     """Per-position outputs of the packed sequence [1, T, ...] read back per sample: [B, R, ...]."""
     return outputs.flatten(0, 1)[batch[PACKED_INDEX]]
@@ -82,9 +92,11 @@ def unpack(outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
 def _response_outputs(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     """The model's logits predicting each response token [B, R, V], padded or packed."""
     if is_packed(batch):
-        # no attention mask: transformers reads the samples' bounds from the restarting position ids
-        out = model(input_ids=batch[PACKED_IDS], attention_mask=None, position_ids=batch[PACKED_POSITIONS],
-                    use_cache=False)
+        # no attention mask: the samples' bounds are in the restarting position ids (a block mask for
+        # sdpa / eager) and in the varlen arguments (flash-attention, packed_attention's sdpa)
+        positions = batch[PACKED_POSITIONS]
+        out = model(input_ids=batch[PACKED_IDS], attention_mask=None, position_ids=positions, use_cache=False,
+                    **varlen_kwargs(positions))
         return unpack(out.logits, batch)
     width_r = batch["response_mask"].size(1)
     return _forward(model, batch)[:, -width_r - 1 : -1, :]

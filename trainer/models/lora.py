@@ -22,24 +22,17 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from trainer.config.adapters import lora_alpha, lora_rank  # ROLL's defaults, shared with preflight
+
 if TYPE_CHECKING:
     from trainer.config.schema import ModelArgs
 
-DEFAULT_RANK = 8  # ROLL's LoraArguments.lora_rank
 ADAPTER = "default"  # PEFT's adapter name
 REGEX_CHARS = ("*", "$", "|", "(")
 
 
 def lora_enabled(args: ModelArgs) -> bool:
     return args.lora_target is not None
-
-
-def lora_rank(args: ModelArgs) -> int:
-    return args.lora_rank or DEFAULT_RANK
-
-
-def lora_alpha(args: ModelArgs) -> int:
-    return args.lora_alpha or 2 * lora_rank(args)
 
 
 def lora_scaling(args: ModelArgs) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from trainer.models.batch import PACKED_IDS, PACKED_POSITIONS, is_packed, unpack
+from trainer.models.batch import PACKED_IDS, PACKED_POSITIONS, is_packed, unpack, varlen_kwargs
 
 
 class ValueModel(nn.Module):
@@ -17,9 +17,11 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None, position_ids: Tensor,
+                **attention_kwargs: Tensor | int) -> Tensor:
         hidden = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+            **attention_kwargs,
         ).last_hidden_state
         return self.value_head(hidden.float()).squeeze(-1)
 
@@ -28,7 +30,8 @@ def response_values(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
     """V of the state before each response token: [B, R] (column P-1+j values token j; a packed
     micro-batch runs its one sequence and reads the same positions back per sample)."""
     if is_packed(batch):
-        return unpack(model(batch[PACKED_IDS], None, batch[PACKED_POSITIONS]), batch)
+        positions = batch[PACKED_POSITIONS]
+        return unpack(model(batch[PACKED_IDS], None, positions, **varlen_kwargs(positions)), batch)
     width_r = batch["response_mask"].size(1)
     values = model(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
     return values[:, -width_r - 1 : -1]

@@ -627,7 +627,7 @@ class RLVRPipeline:
         tensors never pass through the driver), in one process the state dict itself. wait=False returns
         before actor_train has them: actor_infer's load waits for rank 0, actor_train's next call settles
         every rank."""
-        return self.groups["actor_train"].call_all_deferred(roles.Actor.full_state_dict, wait=wait)
+        return self.groups["actor_train"].call_all_deferred(roles.Actor.engine_weights, wait=wait)
 
     def load_engine_weights(self, state: Any) -> None:
         """Weights (a state dict, or train_weights' deferred one) into every actor_infer rank."""

@@ -62,10 +62,13 @@ def format_penalty_reward(prompts: Sequence[str], responses: Sequence[str], samp
 
 def reward_model_reward(prompts: Sequence[str], responses: Sequence[str], samples: Sequence[dict[str, Any]],
                         *, model_name_or_path: str, batch_size: int = 16, max_length: int = 2048,
-                        device: str = "cpu", label_index: int = 0) -> list[float]:
-    """Scalar score of a local HF sequence-classification model on `prompt + response`."""
+                        device: str = "cpu", label_index: int = 0,
+                        adapter_name_or_path: str | None = None) -> list[float]:
+    """Scalar score of a local HF sequence-classification model on `prompt + response` (a trained LoRA adapter
+    merged into it when adapter_name_or_path names one)."""
     return score_with_reward_model(list(prompts), list(responses), model_name_or_path, batch_size=batch_size,
-                                   max_length=max_length, device=device, label_index=label_index)
+                                   max_length=max_length, device=device, label_index=label_index,
+                                   adapter=adapter_name_or_path)
 
 
 REWARDS: dict[str, Callable[..., list[float]]] = {

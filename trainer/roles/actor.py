@@ -15,7 +15,7 @@ from trainer.algorithms import kl as kl_algos
 from trainer.algorithms import policy_loss as pl
 from trainer.algorithms.aggregation import LossAgg
 from trainer.config.topology import train_shape
-from trainer.models import lora
+from trainer.models import adapters, lora
 from trainer.models.batch import response_logits, token_logprobs
 from trainer.roles.common import (
     RoleBase,
@@ -23,7 +23,9 @@ from trainer.roles.common import (
     forward_in_chunks,
     load_role_model,
     logprobs_fn,
+    lora_served,
     micro_batching,
+    model_path,
     role_section,
     sampling_temperature,
     seed_training_role,
@@ -73,6 +75,8 @@ class ActorTrainWorker(TrainedRole):
         args = role_section(cfg, role).model_args
         # the engine and the HF export get W + scaling · B @ A under the plain names
         self.lora_scaling = lora.lora_scaling(args) if lora.lora_enabled(args) else None
+        # ...or, where the vllm engine serves LoRA itself (strategy_config.enable_lora), the adapter alone
+        self.engine_takes_adapter = lora_served(cfg)
 
     @profiled
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor:
@@ -90,6 +94,14 @@ class ActorTrainWorker(TrainedRole):
         state = self.strategy.full_state_dict()
         return state if self.lora_scaling is None else lora.merged_state_dict(state, self.lora_scaling)
 
+    def engine_weights(self) -> dict[str, Tensor]:
+        """What the rollout engine loads after an update: the full merged weights (full_state_dict), or only the
+        adapter under PEFT's names where vLLM serves the LoRA (a fraction of the bytes; the frozen base is
+        already there). Rank 0's, `{}` on the other ranks of a sharded strategy."""
+        if not self.engine_takes_adapter:
+            return self.full_state_dict()
+        return adapters.adapter_tensors(self.strategy.full_state_dict())
+
     def weight_buckets(self, device: str, dtype: torch.dtype, bucket_bytes: int) -> Iterator[dict[str, Tensor]]:
         """The full weights for an engine in this process, bucketed on its device and in its dtype
         (no round trip through the CPU when both share a GPU); LoRA merged in float32 first."""
@@ -102,12 +114,17 @@ class ActorTrainWorker(TrainedRole):
     def save_hf(self, path: str, tokenizer_path: str) -> None:
         """Write the policy in Hugging Face format (rank 0 writes; every rank must call it, since
         gathering the full weights is a collective under fsdp2_train). With LoRA: the merged model, which
-        any HF or vLLM loader reads as it is."""
-        state = self.full_state_dict()
+        any HF or vLLM loader reads as it is, and beside it (`lora_adapter/`) the adapter as a PEFT folder,
+        which model_args.adapter_name_or_path (over the same base model), PEFT and vLLM load."""
+        state = self.strategy.full_state_dict()
         if self.rank != 0:
             return
         from trainer.models.loading import load_tokenizer
 
+        if self.lora_scaling is not None:
+            args = role_section(self.cfg, self.role).model_args
+            adapters.save_adapter(Path(path).parent / adapters.ADAPTER_DIR, state, args, model_path(self.cfg, self.role))
+            state = lora.merged_state_dict(state, self.lora_scaling)
         # megatron keeps the HF architecture as a weight-less skeleton (hf_model) next to its own model
         getattr(self.strategy, "hf_model", self.strategy.model).save_pretrained(path, state_dict=state)
         load_tokenizer(tokenizer_path).save_pretrained(path)

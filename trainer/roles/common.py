@@ -15,8 +15,9 @@ from torch import Tensor, nn
 from trainer.checkpoint.core import load_rank_rng, save_rank_rng
 from trainer.config import topology
 from trainer.config.topology import train_shape
-from trainer.models import lora
+from trainer.models import adapters, lora
 from trainer.models.batch import response_logprobs, split_rows
+from trainer.models.freezing import freeze_by_prefix, freeze_prefixes
 from trainer.models.micro_batches import MicroBatching, micro_batch, plan_groups
 from trainer.roles.profiling import ProfiledRole
 from trainer.train import PROCESS_GROUP_STRATEGIES, OptimConfig, TrainStrategy, build_strategy
@@ -56,11 +57,36 @@ def load_role_model(cfg: PipelineConfig, role: str, *, training: bool = False) -
     args = role_section(cfg, role).model_args
     model = load_model(model_path(cfg, role), dtype=args.dtype, attn_implementation=args.attn_implementation,
                        trust_remote_code=args.trust_remote_code, config_overrides=args.model_config_kwargs)
+    # a trained adapter (trainer.models.adapters): merged into the weights, unless this role trains it further
+    adapter, field = adapter_source(cfg, role)
+    if adapter is not None and not (training and lora.lora_enabled(args)):
+        model = adapters.merge_adapter(model, adapter, field)
     if training and not args.disable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if training and lora.lora_enabled(args):
         model = lora.add_lora(model, args)
+        if adapter is not None:
+            model = adapters.load_adapter(model, adapter, args, field)
+    elif training and args.freeze_module_prefix:  # ROLL's partial freezing, without LoRA only (trainer.models.freezing)
+        freeze_by_prefix(model, freeze_prefixes(args.freeze_module_prefix), f"{role}.model_args.freeze_module_prefix")
     return model
+
+
+def adapter_source(cfg: PipelineConfig, role: str) -> tuple[str | None, str]:
+    """(the trained adapter folder the role loads, the field that names it): its own
+    model_args.adapter_name_or_path; actor_infer serves actor_train's policy, so it takes actor_train's adapter
+    when it names none (validation refuses a different one)."""
+    own = role_section(cfg, role).model_args.adapter_name_or_path
+    if own is None and role == "actor_infer" and cfg.actor_train.model_args.adapter_name_or_path is not None:
+        return cfg.actor_train.model_args.adapter_name_or_path, "actor_train.model_args.adapter_name_or_path"
+    return own, f"{role}.model_args.adapter_name_or_path"
+
+
+def lora_served(cfg: PipelineConfig) -> bool:
+    """Whether actor_infer's vllm engine serves actor_train's LoRA adapter itself (enable_lora) rather than
+    receiving merged weights."""
+    options = topology.strategy_config(cfg.actor_infer)
+    return lora.lora_enabled(cfg.actor_train.model_args) and bool(getattr(options, "enable_lora", False))
 
 
 def seed_training_role(cfg: PipelineConfig, role: str, rank: int, offset: int = 0) -> None:

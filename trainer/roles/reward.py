@@ -49,6 +49,7 @@ def build_reward_fn(cfg: PipelineConfig) -> Any:
         kwargs = dict(section.reward_kwargs)
         if reward_type(name, section) == "reward_model":
             kwargs.setdefault("model_name_or_path", section.model_args.model_name_or_path or cfg.reward_pretrain)
+            kwargs.setdefault("adapter_name_or_path", section.model_args.adapter_name_or_path)
         if reward_type(name, section) == "code_sandbox":
             kwargs.update(use_local=section.use_local, code_url=section.code_url)
         if reward_type(name, section) == "llm_judge":

@@ -10,7 +10,16 @@ import torch
 from torch import Tensor
 
 from trainer.config import topology
-from trainer.roles.common import RoleBase, device, load_role_model, model_path, role_section
+from trainer.models import adapters, lora
+from trainer.roles.common import (
+    RoleBase,
+    adapter_source,
+    device,
+    load_role_model,
+    lora_served,
+    model_path,
+    role_section,
+)
 from trainer.roles.profiling import profiled
 from trainer.rollout.base import Generation, SamplingParams
 
@@ -90,9 +99,19 @@ def vllm_engine(cfg: PipelineConfig, role: str, rank: int) -> Any:
     path = model_path(cfg, role)
     options = section.strategy_args.strategy_config
     colocated = bool(set(section.device_mapping or ()) & set(cfg.actor_train.device_mapping or ()))
+    policy = cfg.actor_train.model_args
     kwargs = engine_kwargs(
         options.model_dump(), dtype=engine_dtype(path, section.model_args.dtype), seed=cfg.seed + rank,
         on_gpu=torch.cuda.is_available(), colocated=colocated,
         trust_remote_code=section.model_args.trust_remote_code, hf_overrides=section.model_args.model_config_kwargs,
+        lora_rank=lora.lora_rank(policy),
     )
-    return VllmEngine(path, kwargs, sleep_level=options.sleep_level)
+    adapter, _ = adapter_source(cfg, role)
+    if not lora_served(cfg):
+        engine = VllmEngine(path, kwargs, sleep_level=options.sleep_level)
+        if adapter is not None and options.load_format != "dummy":  # dummy: the trainer's weights come at start
+            engine.load_weights(load_role_model(cfg, role).state_dict())  # the adapter merged (load_role_model)
+        return engine
+    # vLLM serves actor_train's LoRA: the adapter to start from (if any), later the trained one's tensors
+    lora_config = adapters.adapter_config(policy, [], path)
+    return VllmEngine(path, kwargs, sleep_level=options.sleep_level, lora_config=lora_config, adapter=adapter)

@@ -46,11 +46,13 @@ def engine_kwargs(
     colocated: bool,
     trust_remote_code: bool = False,
     hf_overrides: Mapping[str, Any] | None = None,
+    lora_rank: int | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` from a VllmConfig dump (``options``, every field present).
 
     Sleep mode is enabled only on GPU and only when actor_infer shares devices with actor_train; on
-    CPU the KV cache gets an explicit size (``CPU_DEFAULT_KV_CACHE_BYTES`` unless set).
+    CPU the KV cache gets an explicit size (``CPU_DEFAULT_KV_CACHE_BYTES`` unless set). With ``enable_lora``
+    one adapter slot (``max_loras`` 1) of ``max_lora_rank``, else the smallest of vLLM's sizes >= ``lora_rank``.
     """
     kwargs: dict[str, Any] = {k: options[k] for k in PASSED_THROUGH if options.get(k) is not None}
     tp = options["tensor_parallel_size"]
@@ -66,7 +68,21 @@ def engine_kwargs(
                "trust_remote_code": trust_remote_code}
     if hf_overrides:
         kwargs["hf_overrides"] = dict(hf_overrides)
+    if options.get("enable_lora"):
+        rank = options.get("max_lora_rank") or lora_rank_slot(lora_rank or 1)
+        kwargs |= {"enable_lora": True, "max_loras": 1, "max_lora_rank": rank}
     return kwargs
+
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vllm.config.lora.MaxLoRARanks
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that serves an adapter of `rank`."""
+    for size in VLLM_LORA_RANKS:
+        if size >= rank:
+            return size
+    raise ValueError(f"lora_rank {rank} is above vLLM's largest servable rank {VLLM_LORA_RANKS[-1]}")
 
 
 def request_seeds(seed: int | None, prompts: int, n: int) -> list[int | None]:
@@ -140,9 +156,15 @@ def configure_process(on_gpu: bool) -> None:
 class VllmEngine:
     """Rollout engine over ``vllm.LLM`` (``strategy_name: vllm``)."""
 
-    def __init__(self, model_path: str, llm_kwargs: Mapping[str, Any], *, sleep_level: int = 1) -> None:
+    def __init__(self, model_path: str, llm_kwargs: Mapping[str, Any], *, sleep_level: int = 1,
+                 lora_config: Mapping[str, Any] | None = None, adapter: str | None = None) -> None:
         """``llm_kwargs``: from ``engine_kwargs``. Weights are pushed as a safetensors file instead of
-        tensors when the engine's workers are other processes (tensor_parallel_size > 1)."""
+        tensors when the engine's workers are other processes (tensor_parallel_size > 1).
+
+        With ``enable_lora`` in ``llm_kwargs`` the engine serves one LoRA adapter on its base weights:
+        ``adapter``, a PEFT folder, from the start, and afterwards what ``load_weights`` receives: adapter
+        tensors under PEFT's names, written with ``lora_config`` (adapter_config.json's entries) to a folder in
+        /dev/shm that vLLM reloads in place."""
         import torch
 
         on_gpu = torch.cuda.is_available()
@@ -156,6 +178,12 @@ class VllmEngine:
         self.sync_through_files = tp > 1
         self.asleep = False
         self.weights_awake = False
+        self.serves_lora = bool(llm_kwargs.get("enable_lora"))
+        self.lora_config = dict(lora_config or {})
+        self.lora_request: Any = None  # the adapter every request runs with; None: the base weights alone
+        self.adapter_dir: str | None = None
+        if adapter is not None:
+            self.load_adapter(adapter)
 
     # -- generation ---------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
@@ -170,14 +198,19 @@ class VllmEngine:
         seeds = request_seeds(params.seed, len(prompts), params.n)
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         per_request = [VllmSamplingParams(**sampling_kwargs(params, seed)) for seed in seeds]
-        return to_generations(self.llm.generate(requests, per_request, use_tqdm=False))
+        return to_generations(self.llm.generate(requests, per_request, use_tqdm=False,
+                                                lora_request=self.lora_request))
 
     # -- weights and memory -------------------------------------------------------------------
     def load_weights(self, state_dict: Mapping[str, Tensor]) -> None:
-        """Reload every weight in place (HF names), then drop cached prefixes computed with the old ones."""
+        """Reload every weight in place (HF names), then drop cached prefixes computed with the old ones. An
+        engine serving LoRA takes the adapter's tensors (PEFT's names) instead: see load_adapter_tensors."""
         if self.sleep_enabled and self.asleep and not self.weights_awake:
             self.llm.wake_up(tags=["weights"])  # weights back on the GPU; the KV cache stays released
             self.weights_awake = True
+        if self.serves_lora:
+            self.load_adapter_tensors(state_dict)
+            return
         if self.sync_through_files:
             self._reload_from_file(state_dict)
         else:
@@ -195,10 +228,50 @@ class VllmEngine:
             save_file(tensors, str(Path(folder) / "model.safetensors"))
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder, "is_checkpoint_format": True})
 
+    def load_adapter_tensors(self, tensors: Mapping[str, Tensor]) -> None:
+        """A new version of the served adapter: its tensors and lora_config (with the modules they adapt) written
+        as a PEFT folder in /dev/shm (a few MB where the merged weights are GBs), loaded in place."""
+        import json
+
+        from safetensors.torch import save_file
+
+        from trainer.models.adapters import adapted_modules
+
+        if not self.serves_lora:
+            raise RuntimeError("vllm engine: adapter tensors need strategy_config.enable_lora")
+        bad = sorted(name for name in tensors if ".lora_" not in name)
+        if bad:
+            raise ValueError(f"vllm engine serves LoRA (enable_lora): expected adapter tensors only, got {bad[:3]}")
+        if self.adapter_dir is None:
+            self.adapter_dir = tempfile.mkdtemp(prefix="policylab-adapter-",
+                                                dir="/dev/shm" if Path("/dev/shm").is_dir() else None)
+        folder = Path(self.adapter_dir)
+        save_file({name: t.detach().to("cpu", copy=True).contiguous() for name, t in tensors.items()},
+                  str(folder / "adapter_model.safetensors"))
+        config = {**self.lora_config, "target_modules": adapted_modules(tensors)}
+        (folder / "adapter_config.json").write_text(json.dumps(config))
+        self.load_adapter(str(folder))
+
+    def load_adapter(self, folder: str) -> None:
+        """Serve the PEFT adapter in `folder` from now on (replacing the one served, in place), and drop cached
+        prefixes computed without it."""
+        from vllm.lora.request import LoRARequest
+
+        if not self.serves_lora:
+            raise RuntimeError("vllm engine: serving an adapter needs strategy_config.enable_lora")
+        self.llm.llm_engine.add_lora(LoRARequest("policy", 1, folder, load_inplace=True))
+        self.lora_request = LoRARequest("policy", 1, folder)
+        self.llm.reset_prefix_cache()
+
     def shutdown(self) -> None:
         """Stop the in-process engine core: frees its KV cache and the torch.distributed groups it made,
         so that another engine can start in this process (vLLM would otherwise do it at garbage collection)."""
         self.llm.llm_engine.engine_core.shutdown()
+        if self.adapter_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.adapter_dir, ignore_errors=True)
+            self.adapter_dir = None
 
     def sleep(self) -> None:
         """Free the GPU while a colocated trainer works (level 1: weights to CPU, KV cache dropped;

@@ -29,8 +29,9 @@ from trainer.config.schema import PipelineConfig, field_status
 REPO = Path(__file__).resolve().parents[3]
 # topology.py's arithmetic places the workers (an acting field may be read there); the sizes of
 # unbuilt backends are read there too, for validation's arithmetic only, so the inactive direction
-# scans the engine proper.
-ENGINE_ALSO = (REPO / "trainer" / "config" / "topology.py",)
+# scans the engine proper. adapters.py holds ROLL's LoRA defaults the roles load adapters with (torch-free,
+# for preflight too).
+ENGINE_ALSO = (REPO / "trainer" / "config" / "topology.py", REPO / "trainer" / "config" / "adapters.py")
 # Names that unrelated engine code uses too (attributes of other objects, generic words): the scan
 # cannot tell whether such an inactive field is read, so only acting fields are checked for them.
 SHARED_NAMES = frozenset({"name", "type", "device", "enabled", "stage", "seed", "tag", "id", "max_steps",

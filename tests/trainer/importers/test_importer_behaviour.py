@@ -257,10 +257,19 @@ def test_rlinf_separate_components_and_minibatch_arithmetic() -> None:
 
 
 def test_keys_without_a_native_home_are_warnings_with_value_and_reason() -> None:
-    result = validate_config(with_key("verl", "actor_rollout_ref.model.use_remove_padding", True))
+    result = validate_config(with_key("verl", "actor_rollout_ref.model.use_liger", True))
     assert result.rule_errors == []
-    issue = next(i for i in result.warnings if i.path == "actor_rollout_ref.model.use_remove_padding")
-    assert "= True not imported" in issue.message and "packing is not implemented" in issue.message
+    issue = next(i for i in result.warnings if i.path == "actor_rollout_ref.model.use_liger")
+    assert "= True not imported" in issue.message and "Liger kernels are not used" in issue.message
+
+
+def test_verl_remove_padding_is_sequence_packing() -> None:
+    """verl's padding-free sequences (use_remove_padding) pack the actor's and the reference's rows (the
+    model section) and the critic's (critic.model); off, nothing packs."""
+    packed = coherent_config(with_key("verl", "actor_rollout_ref.model.use_remove_padding", True))
+    assert packed.actor_train.use_sequence_packing and packed.reference.use_sequence_packing
+    assert not coherent_config(with_key("verl", "actor_rollout_ref.model.use_remove_padding", False)
+                               ).actor_train.use_sequence_packing
 
 
 @pytest.mark.parametrize(("path", "column"), [(VERL, "reward_model.ground_truth"), (SKYRL, "reward_spec.ground_truth")],

@@ -175,7 +175,7 @@ def test_sglang_in_a_native_roll_file_names_rolls_override_and_reads_sglang_name
 ROLL_KEYS = [
     ("demo_grpo_cpu.yaml", "+actor_train.data_args.interleave_probs='1.0'", "actor_train.data_args.interleave_probs"),
     ("demo_grpo_cpu.yaml", "+actor_train.data_args.enable_thinking=false", "actor_train.data_args.enable_thinking"),
-    ("demo_grpo_cpu.yaml", "+actor_train.use_remove_padding=true", "actor_train.use_remove_padding"),
+    ("demo_grpo_cpu.yaml", "+actor_train.offload_nccl=true", "actor_train.offload_nccl"),
     ("agentic_grid_cpu.yaml", "+custom_envs.FrozenLake.agent_runner_cls=roll.pipeline.agentic.agent_runner.GEMRunner",
      "custom_envs.FrozenLake.agent_runner_cls"),
     ("agentic_grid_cpu.yaml", "+train_env_manager.generating_args.temperature=0.7",

@@ -39,6 +39,7 @@ MODES: dict[str, tuple[str, ...]] = {
                      "actor_train.use_dynamic_batching_in_infer=true",
                      "actor_train.max_tokens_per_microbatch_in_infer=48"),
     "verl_dynamic": ("actor_train.use_dynamic_bsz=true", "actor_train.max_token_len_per_gpu=40"),
+    "roll_remove_padding": ("actor_train.use_remove_padding=true",),
     "packed": ("actor_train.use_sequence_packing=true",),
     "packed_balanced": ("actor_train.use_sequence_packing=true",
                         "+actor_train.sequence_packing_args.algorithm=load_balance",
@@ -219,6 +220,9 @@ class Recorder(torch.nn.Module):
 @pytest.mark.parametrize(("mode", "expected"), [
     # fixed rows: 4 micro-batches of 2 rows, padded to the batch's 7 + 24 columns
     ("padded", {(2, 31)}),
+    # ROLL's use_remove_padding: the same pairs of rows, each cut to its longest prompt + longest response
+    # (2,1)(7,24): 7 + 24; (3,5)(5,17): 5 + 17; (4,9)(6,2): 6 + 9; (2,12)(3,20): 3 + 20
+    ("roll_remove_padding", {(2, 31), (2, 22), (2, 15), (2, 23)}),
     # one packed sequence per chunk of 2 rows: [1, Σ p + r] = 2+1 + 7+24, 3+5 + 5+17, 4+9 + 6+2, 2+12 + 3+20
     ("packed", {(1, 34), (1, 30), (1, 21), (1, 37)}),
 ])
@@ -240,7 +244,7 @@ def test_the_knobs_reach_the_model(tmp_path: Path, tiny_path: str, mode: str, ex
         group.shutdown()
     assert {shape for shape, _ in forward_calls} == expected
     assert len(forward_calls) == 4 and len(train_calls) == 4
-    assert all(with_mask == (mode == "padded") for _, with_mask in forward_calls + train_calls)
+    assert all(with_mask == (mode != "packed") for _, with_mask in forward_calls + train_calls)
     if mode == "packed":  # the shuffled mini-batch packs other pairs, but always all 8 rows' tokens
         assert sum(shape[1] for shape, _ in train_calls) == sum(PROMPT_LENGTHS) + sum(RESPONSE_LENGTHS)
 

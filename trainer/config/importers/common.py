@@ -120,9 +120,11 @@ def drop_unused_reference(t: Translation) -> None:
     if uses_kl or "reference" not in t.native:
         return
     pop_path(t.native, "reference")
+    # a key that also set another role's value (verl's model section) was imported, only not here
+    acted_elsewhere = {source for path, source in t.origin.items() if not path.startswith("reference.")}
     for path, source in list(t.origin.items()):
         if path.startswith("reference."):
-            if t.written(source):
+            if t.written(source) and source not in acted_elsewhere:
                 t.warn(source, "not imported: no KL term is enabled, so no reference model is created")
             t.origin.pop(path)
 

@@ -60,7 +60,7 @@ LOSS_AGG = choice({m: m for m in ("token-mean", "token-sum", "seq-mean-token-sum
 
 TRAIN_OFFLOAD = ("param_offload", "grad_offload", "optimizer_offload", "offload_policy")
 NO_CODE = "code named in a config is never imported; models and tokenizers load from their path"
-NO_PACKING = "padding-free (remove-padding) packing is not implemented; batches are padded"
+REMOVE_PADDING = "padding-free sequences: use_sequence_packing (attention within each sample)"
 FSDP2_WRAP = "FSDP2 shards each decoder layer; the wrap policy is fixed"
 MULTI_TURN = "applies only with multi_turn.enable, which is refused"
 
@@ -238,7 +238,10 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.model.override_config", "actor_train.model_args.model_config_kwargs", {"attention_dropout": 0.1}),
     Rule(f"{ARR}.model.enable_gradient_checkpointing", "actor_train.model_args.disable_gradient_checkpointing",
          False, _not, "inverted: disable_gradient_checkpointing = not enable_gradient_checkpointing"),
-    Rule(f"{ARR}.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
+    Rule(f"{ARR}.model.use_remove_padding", "actor_train.use_sequence_packing", True, derived=True,
+         note=REMOVE_PADDING + " on actor_train and the reference"),
+    Rule(f"{ARR}.actor.use_remove_padding", "actor_train.use_sequence_packing", True, derived=True,
+         note=REMOVE_PADDING + " on actor_train"),
     Rule(f"{ARR}.model.trust_remote_code", "actor_train.model_args.trust_remote_code", True),
     Rule(f"{ARR}.model.lora_rank", "actor_train.model_args.lora_rank", 16, _lora_rank, "0 trains all weights"),
     Rule(f"{ARR}.model.lora_alpha", "actor_train.model_args.lora_alpha", 32, derived=True,
@@ -357,7 +360,8 @@ RULES: list[Rule] = [
     Rule("critic.model.external_lib", None, "my_models", note=NO_CODE),
     Rule("critic.model.enable_gradient_checkpointing", "critic.model_args.disable_gradient_checkpointing", False,
          _not, "inverted"),
-    Rule("critic.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
+    Rule("critic.model.use_remove_padding", "critic.use_sequence_packing", True, derived=True,
+         note=REMOVE_PADDING + " on the critic"),
     Rule("critic.model.trust_remote_code", "critic.model_args.trust_remote_code", True),
     *_fsdp_rules("critic.model.fsdp_config", "critic", TRAIN_OFFLOAD),
     *_megatron_rules("critic.megatron", "critic", train=True),
@@ -394,7 +398,8 @@ RULES: list[Rule] = [
     Rule("reward_model.model.trust_remote_code", "rewards.reward_model.model_args.trust_remote_code", True,
          derived=True, note="used when enable"),
     Rule("reward_model.strategy", None, "megatron", implied="fsdp", note="reward models run forward-only (hf_infer)"),
-    Rule("reward_model.model.use_remove_padding", None, True, implied=False, note=NO_PACKING),
+    Rule("reward_model.model.use_remove_padding", None, True, implied=False,
+         note="reward-model batches are padded (packing acts on actor_train, the reference and the critic)"),
     Rule("reward_model.model.fsdp_config.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
     Rule("reward_model.model.fsdp_config.wrap_policy.min_num_params", None, 1000, implied=0, note=FSDP2_WRAP),
     Rule("reward_model.model.fsdp_config.reshard_after_forward", None, False, implied=True,
@@ -539,6 +544,7 @@ def finish(t: Translation) -> None:
     _kl(t)
     _kl_target(t)
     _sequence_parallel(t)
+    _remove_padding(t)
     _rewards(t, total)
     _dapo(t)
     _schedule(t)
@@ -750,6 +756,18 @@ def _optimizer_steps(t: Translation, role: str, src: str, n: int, dp: int) -> No
         if t.get("critic.ppo_epochs") != actor_epochs:
             t.warn("critic.ppo_epochs", f"= {t.get('critic.ppo_epochs')} not imported: one ppo_epochs serves both "
                    f"roles here; kept the actor's {actor_epochs}")
+
+
+def _remove_padding(t: Translation) -> None:
+    """verl's use_remove_padding (unpadded sequences through flash-attention's varlen kernels) is our
+    sequence packing: the model section's key covers actor_train and the reference (the actor's own key,
+    where a release has it, actor_train), critic.model's the critic."""
+    model_key = f"{ARR}.model.use_remove_padding"
+    for role, keys in (("actor_train", (model_key, f"{ARR}.actor.use_remove_padding")), ("reference", (model_key,)),
+                       ("critic", ("critic.model.use_remove_padding",))):
+        key = next((k for k in keys if t.get(k)), None)
+        if key is not None and role in t.native:
+            t.set(f"{role}.use_sequence_packing", True, key)
 
 
 def _kl(t: Translation) -> None:

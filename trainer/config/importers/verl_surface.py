@@ -367,7 +367,6 @@ NOTES: dict[str, str] = {
     "reward_model.model.use_fused_kernels": "log-probs are computed unfused",
     "reward_model.model.fused_kernel_options": "log-probs are computed unfused",
     f"{A}.use_fused_kernels": "log-probs are computed unfused",
-    f"{A}.use_remove_padding": "padding-free (remove-padding) packing is not implemented; batches are padded",
     f"{M}.exclude_modules": "LoRA adapters go on lora_target modules only",
     "critic.model.lora_rank": "the critic trains all its weights", "critic.model.lora_alpha": "the critic trains all its weights",
     "critic.model.target_modules": "the critic trains all its weights",

@@ -51,11 +51,18 @@ def load_role_model(cfg: PipelineConfig, role: str, *, training: bool = False) -
     """The role's HF model as its model_args say: dtype, attention kernel, remote code, config
     overrides; training roles recompute activations in backward unless
     disable_gradient_checkpointing is set (ROLL's default), and train LoRA adapters on a frozen model
-    when lora_target is set (trainer.models.lora)."""
+    when lora_target is set (trainer.models.lora). A role that packs sequences attends within each
+    sample without a dense mask (trainer.models.packed_attention)."""
     from trainer.models.loading import load_model
 
-    args = role_section(cfg, role).model_args
-    model = load_model(model_path(cfg, role), dtype=args.dtype, attn_implementation=args.attn_implementation,
+    section = role_section(cfg, role)
+    args = section.model_args
+    attention = args.attn_implementation
+    if section.use_sequence_packing:
+        from trainer.models.packed_attention import packing_attention
+
+        attention = packing_attention(attention)
+    model = load_model(model_path(cfg, role), dtype=args.dtype, attn_implementation=attention,
                        trust_remote_code=args.trust_remote_code, config_overrides=args.model_config_kwargs)
     # a trained adapter (trainer.models.adapters): merged into the weights, unless this role trains it further
     adapter, field = adapter_source(cfg, role)
@@ -162,6 +169,7 @@ def micro_batching(cfg: PipelineConfig, role: str, phase: str) -> MicroBatching 
         ROLL  use_sequence_packing             sequence_packing_args (algorithm none / load_balance,
                                                max_packed_sequence_length_<train|forward>,
                                                min_num_micro_batches_<train|forward>)
+        ROLL  use_remove_padding               fixed rows, each micro-batch's padding columns dropped
     """
     section = role_section(cfg, role)
     if topology.strategy_name(role, section).startswith("megatron"):
@@ -183,7 +191,7 @@ def micro_batching(cfg: PipelineConfig, role: str, phase: str) -> MicroBatching 
             spec |= {"max_packed_length": getattr(args, name), "field": f"{role}.sequence_packing_args.{name}",
                      "min_micro_batches": args.min_num_micro_batches_train if train
                      else args.min_num_micro_batches_forward}
-    return MicroBatching(rows=rows, **spec) if spec else None
+    return MicroBatching(rows=rows, **spec) if spec or section.use_remove_padding else None
 
 
 def forward_in_chunks(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], strategy: StrategyBase,

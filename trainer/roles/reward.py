@@ -21,7 +21,6 @@ JUDGE_SECTION_KEYS = ("judge_prompt", "judge_model_type", "judge_model_name", "j
                       "generate")
 
 
-
 class RewardWorker(RoleBase):
     def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size

@@ -50,8 +50,8 @@ def test_a_key_of_no_release_is_a_warning_naming_it(fmt: str, path: str, value: 
 
 
 @pytest.mark.parametrize(("path", "value", "reason"), [
-    ("trainer.algorithm.off_policy_correction.tis_ratio_type", "token", "importance correction is not applied"),
-    ("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high", 3.0, "importance correction"),
+    ("trainer.algorithm.off_policy_correction.outlier_token_is_threshold_low", 1e-4, "veto of whole sequences"),
+    ("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high", 3.0, "only when tis_ratio_type is token"),
     ("trainer.exclude_modules", "lm_head", "LoRA adapters"),
     ("generator.model_name", "/models/served", "the engine serves actor_infer's model"),
 ])

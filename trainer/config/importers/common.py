@@ -164,6 +164,53 @@ def import_lora(t: Translation, section: str, *, rank: str, alpha: str, targets:
         t.set("actor_train.model_args.lora_dropout", t.float(f"{section}.{dropout}"), f"{section}.{dropout}")
 
 
+MISMATCH = "train_infer_correction"  # the native section of ROLL's train-infer correction (docs/decisions/0040)
+
+
+def mismatch_weight(level: str, upper_bound: float) -> dict[str, Any]:
+    """A native train_infer_correction.is_weight: w = clamp(rho, 0, upper_bound), rho = pi_old / mu read at `level`
+    (token; sequence = exp of the sample's summed log-ratio; geometric = exp of its mean), multiplying each token's
+    policy-gradient term: verl's and SkyRL's truncated IS weight min(rho, threshold) (rho > 0)."""
+    return {"enabled": True, "weight_type": level, "upper_bound": upper_bound}
+
+
+def mismatch_filter(level: str, low: float, high: float) -> dict[str, Any]:
+    """A native train_infer_correction filter: tokens (or whole samples, at a sample level) with rho outside the
+    inclusive band [low, high] leave the actor's loss: verl's rejection sampling and SkyRL's sequence masks."""
+    return {"enabled": True, "agg_type": level, "ratio_enabled": True, "ratio_low": low, "ratio_high": high,
+            "diff_enabled": False}
+
+
+def positive_number(t: Translation, path: str, default: float | None = None) -> float | None:
+    """The source's number at `path` (or `default` when unset), which must be > 0; an error naming the key and the
+    override that removes it otherwise (None)."""
+    value = t.get(path, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        t.error(path, f"= {value!r} must be a number > 0 (a ratio threshold); to run this file without it, use the "
+                f"override ~{path}")
+        return None
+    return float(value)
+
+
+def enable_vllm_lora(t: Translation, source: str, *, megatron: bool) -> None:
+    """verl and SkyRL start vLLM with enable_lora (max_loras 1, max_lora_rank the policy's rank, verl rounding it up
+    to vLLM's sizes) whenever the policy trains a LoRA outside Megatron, and after each update sync the adapter
+    only: the native enable_lora (decision 0042). The engine then loads the base weights from the model path: with
+    verl's dummy load format verl pushes the same base weights at its first sync, so it becomes auto."""
+    if (t.get(source) or 0) <= 0 or megatron or "lora_target" not in t.native.get("actor_train", {}).get(
+            "model_args", {}):
+        return
+    args = t.native.get("actor_infer", {}).get("strategy_args", {})
+    if args.get("strategy_name") != "vllm":
+        return
+    t.set("actor_infer.strategy_args.strategy_config.enable_lora", True, source)
+    options = args.setdefault("strategy_config", {})
+    if options.get("load_format") == "dummy":
+        options["load_format"] = "auto"
+
+
 def positive_interval(value: Any) -> Any:
     """verl/SkyRL/RLinf write -1 for "never"; the native eval_steps treats <= 0 as disabled too."""
     return value if value > 0 else -1

@@ -8,7 +8,9 @@ get consecutive blocks of devices. Releases from 2026 keep the engine settings u
 `generator.inference_engine` (`num_engines`, `tensor_parallel_size`, …): both spellings are read.
 The KL estimator is `kl_estimator_type` (v0.1 on), or the older `use_kl_estimator_k3` / `use_abs_kl`
 when those are set. `generator.max_turns` above 1 (multi-turn environments) is refused. SkyRL's
-datasets hold each prompt as a chat in the column `prompt`: data_args.messages is `prompt`.
+datasets hold each prompt as a chat in the column `prompt`: data_args.messages is `prompt`. The truncated
+importance sampling of the rollout-training mismatch (`use_tis`, v0.4's `off_policy_correction`) becomes
+train_infer_correction, and a LoRA (`lora.rank` > 0, not Megatron) is served by vLLM with enable_lora, as in SkyRL.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ import math
 from typing import Any
 
 from trainer.config.importers.common import (
+    MISMATCH,
     drop_unused_reference,
+    enable_vllm_lora,
     fill_model_paths,
     fit_to_model,
     import_lora,
     import_save_interval,
+    mismatch_filter,
+    mismatch_weight,
     positive_interval,
+    positive_number,
     settle_strategies,
     warn_unused,
 )
@@ -68,6 +75,9 @@ LOSS_TYPE = choice({"regular": False, "dual_clip": True}, "ppo_loss_type")
 ENGINE = choice({"vllm": "vllm", "sglang": "sglang"}, "backend")
 RESUME = ("none", "latest", "from_path")
 NO_DEBUG = "a debugging aid of SkyRL with no native counterpart"
+OPC = f"{ALG}.off_policy_correction"
+SEQUENCE_MASKS = {"geometric": ("geometric", "geo_mask_low", "geo_mask_high", 0.99, 1.01),
+                  "product": ("sequence", "product_mask_low", "product_mask_high", 0.5, 2.0)}
 
 
 def _logger(value: Any) -> str:
@@ -128,7 +138,9 @@ def _model_rules(src: str, role: str) -> list[Rule]:
         rules += [
             Rule(f"{src}.use_torch_compile", None, True, implied=False, note="entropy is computed eagerly"),
             Rule(f"{src}.record_memory", None, True, implied=False, note=NO_DEBUG),
-            Rule(f"{src}.model.lora.rank", f"{role}.model_args.lora_rank", 16, _lora_rank, "0 trains all weights"),
+            Rule(f"{src}.model.lora.rank", f"{role}.model_args.lora_rank", 16, _lora_rank,
+                 "0 trains all weights; > 0 (not Megatron) also makes a vllm engine serve the adapter "
+                 "(actor_infer's enable_lora), as SkyRL starts vLLM with enable_lora and syncs the adapter only"),
             Rule(f"{src}.model.lora.alpha", f"{role}.model_args.lora_alpha", 32, derived=True,
                  note="used when lora.rank > 0"),
             Rule(f"{src}.model.lora.target_modules", f"{role}.model_args.lora_target", "q_proj,v_proj", derived=True,
@@ -255,6 +267,33 @@ RULES: list[Rule] = [
     Rule(f"{ALG}.value_clip", "value_clip", 0.4),
     Rule(f"{ALG}.normalize_reward", None, True, implied=False,
          note="the critic's outputs are not normalised by running statistics"),
+    # importance correction of the rollout-training mismatch (pi_old / pi_rollout) as train_infer_correction
+    Rule(f"{ALG}.use_tis", f"{MISMATCH}.is_weight", True, derived=True,
+         note="true → is_weight at token level, upper_bound = tis_imp_ratio_cap: SkyRL's loss times "
+         "min(pi_old / pi_rollout, cap)"),
+    Rule(f"{ALG}.tis_imp_ratio_cap", f"{MISMATCH}.is_weight.upper_bound", 2.5, derived=True,
+         note="used with use_tis; must be > 0 then"),
+    Rule(f"{OPC}.tis_ratio_type", f"{MISMATCH}.is_weight", "sequence", derived=True,
+         note="token / sequence → is_weight {weight_type, upper_bound = token_ / sequence_tis_ratio_clip_high}; "
+         "null: none"),
+    Rule(f"{OPC}.token_tis_ratio_clip_high", f"{MISMATCH}.is_weight.upper_bound", 3.0, derived=True,
+         note="used when tis_ratio_type is token"),
+    Rule(f"{OPC}.sequence_tis_ratio_clip_high", f"{MISMATCH}.is_weight.upper_bound", 8.0, derived=True,
+         note="used when tis_ratio_type is sequence"),
+    Rule(f"{OPC}.sequence_mask_metric", f"{MISMATCH}.filters", "product", derived=True,
+         note="geometric → a filter at geometric level with band [geo_mask_low, geo_mask_high]; product → at "
+         "sequence level with band [product_mask_low, product_mask_high]: samples outside leave the loss"),
+    *[Rule(f"{OPC}.{key}", f"{MISMATCH}.filters", example, derived=True,
+           note=f"a band bound, used when sequence_mask_metric is {metric}")
+      for key, example, metric in (("geo_mask_low", 0.98, "geometric"), ("geo_mask_high", 1.02, "geometric"),
+                                   ("product_mask_low", 0.4, "product"), ("product_mask_high", 2.5, "product"))],
+    Rule(f"{OPC}.token_mask_is_threshold_low", f"{MISMATCH}.filters", 0.25, derived=True,
+         note="with token_mask_is_threshold_high: a token-level filter with that band (tokens outside leave the loss)"),
+    Rule(f"{OPC}.token_mask_is_threshold_high", f"{MISMATCH}.filters", 4.0, derived=True,
+         note="see token_mask_is_threshold_low"),
+    *[Rule(f"{OPC}.outlier_token_is_threshold_{side}", None, example,
+           note="a veto of whole sequences for any token ratio outside the bounds is not built (the native filters "
+           "read a token's ratio or a sequence's aggregate)") for side, example in (("low", 1e-4), ("high", 100.0))],
     # generator
     Rule(f"{G}.model_dtype", "actor_infer.model_args.dtype", "float16", to_dtype),
     Rule(f"{G}.run_engines_locally", None, False, implied=True,
@@ -368,6 +407,8 @@ def finish(t: Translation) -> None:
         warn_unused(t, "deepspeed_config", "DeepSpeed templates are used only when trainer.strategy is deepspeed")
     import_lora(t, f"{T}.policy.model", rank="lora.rank", alpha="lora.alpha", targets="lora.target_modules",
                 dropout="lora.dropout")
+    enable_vllm_lora(t, f"{T}.policy.model.lora.rank", megatron=t.get(f"{T}.strategy") == "megatron")
+    _off_policy_correction(t)
     if t.has("data.val_data"):
         val = t.native.setdefault("validation", {})
         val.setdefault("generating_args", {})
@@ -604,3 +645,93 @@ def _generation(t: Translation) -> None:
     urls = engine_path(t, "remote_inference_engine_urls")
     if t.written(urls):
         warn_unused(t, urls, "remote inference engines are not supported")
+
+
+def _off_policy_correction(t: Translation) -> None:
+    """SkyRL's correction of the rollout-training mismatch, rho = exp(old - rollout) (its recomputed old log-probs
+    over the engine's), as train_infer_correction (docs/decisions/0040), same formulas: the truncated weight
+    min(rho, cap) at token or sequence level multiplies the policy loss (use_tis, or v0.4's tis_ratio_type), and the
+    sequence masks (geometric mean or product of rho inside a band) and the token mask remove samples / tokens from
+    it. SkyRL masks the policy term only; here the removed tokens also leave the KL and entropy terms (a warning)."""
+    weights: list[tuple[dict[str, Any], str]] = []  # both spellings set: the first wins, the second is a conflict
+    cap_path = f"{ALG}.tis_imp_ratio_cap"
+    if t.get(f"{ALG}.use_tis"):
+        cap = t.get(cap_path, -1.0)
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0:
+            t.error(f"{ALG}.use_tis", f"needs tis_imp_ratio_cap > 0 (it is {cap!r}; SkyRL refuses it too); e.g. the "
+                    f"override {cap_path}=2.0")
+            return
+        weights.append((mismatch_weight("token", float(cap)), f"{ALG}.use_tis"))
+    elif t.written(cap_path):
+        t.warn(cap_path, f"= {t.get(cap_path)!r} not imported: used only with use_tis")
+    kind = t.get(f"{OPC}.tis_ratio_type")
+    for level in ("token", "sequence"):
+        if kind != level and t.written(f"{OPC}.{level}_tis_ratio_clip_high"):
+            t.warn(f"{OPC}.{level}_tis_ratio_clip_high", f"= {t.get(f'{OPC}.{level}_tis_ratio_clip_high')!r} not "
+                   f"imported: used only when tis_ratio_type is {level}")
+    if kind is not None:
+        if kind not in ("token", "sequence"):
+            t.error(f"{OPC}.tis_ratio_type", f"= {kind!r} is not a tis_ratio_type this importer knows; valid: token, "
+                    f"sequence; to run this file without it, use the override ~{OPC}.tis_ratio_type")
+            return
+        bound = positive_number(t, f"{OPC}.{kind}_tis_ratio_clip_high", 2.0 if kind == "token" else 5.0)
+        if bound is None:
+            return
+        weights.append((mismatch_weight(kind, bound), f"{OPC}.tis_ratio_type"))
+    for weight, source in weights:
+        t.set(f"{MISMATCH}.is_weight", weight, source)
+    filters, filter_source = _masks(t)
+    if not filters:
+        return
+    t.set(f"{MISMATCH}.filters", filters, filter_source)
+    terms = [name for name, on in (("KL", t.get(f"{ALG}.use_kl_loss")), ("entropy", t.get(f"{ALG}.use_entropy_loss")))
+             if on]
+    if terms:
+        t.warn(filter_source, f"imported as a filter of the actor's loss; SkyRL masks the policy term only, here the "
+               f"masked tokens also leave the {' and '.join(terms)} term{'s' if len(terms) > 1 else ''}")
+
+
+def _masks(t: Translation) -> tuple[list[dict[str, Any]], str]:
+    """SkyRL's sequence mask (sequence_mask_metric) and token mask (token_mask_is_threshold_low / _high, both needed)
+    as native filters, with the key that switches the first one on."""
+    filters: list[dict[str, Any]] = []
+    source = ""
+    metric = t.get(f"{OPC}.sequence_mask_metric")
+    for name, (_, low_key, high_key, _, _) in SEQUENCE_MASKS.items():
+        if metric != name:
+            for key in (low_key, high_key):
+                if t.written(f"{OPC}.{key}"):
+                    t.warn(f"{OPC}.{key}", f"= {t.get(f'{OPC}.{key}')!r} not imported: used only when "
+                           f"sequence_mask_metric is {name}")
+    if metric is not None:
+        if metric not in SEQUENCE_MASKS:
+            t.error(f"{OPC}.sequence_mask_metric", f"= {metric!r} is not a sequence_mask_metric this importer knows; "
+                    f"valid: {', '.join(SEQUENCE_MASKS)}; to run this file without it, use the override "
+                    f"~{OPC}.sequence_mask_metric")
+            return [], ""
+        level, low_key, high_key, low_default, high_default = SEQUENCE_MASKS[metric]
+        low, high = t.get(f"{OPC}.{low_key}", low_default), positive_number(t, f"{OPC}.{high_key}", high_default)
+        if high is None or isinstance(low, bool) or not isinstance(low, int | float) or low > high:
+            t.error(f"{OPC}.{low_key}", f"= {low!r} must be a number <= {high_key} ({high}); to run this file with "
+                    f"SkyRL's default, use the override ~{OPC}.{low_key}")
+            return [], ""
+        filters.append(mismatch_filter(level, float(low), high))
+        source = f"{OPC}.sequence_mask_metric"
+    low_key, high_key = f"{OPC}.token_mask_is_threshold_low", f"{OPC}.token_mask_is_threshold_high"
+    low, high = t.get(low_key), t.get(high_key)
+    if (low is None) != (high is None):
+        given = low_key if low is not None else high_key
+        t.warn(given, f"= {t.get(given)!r} not imported: SkyRL applies the token mask only with both "
+               "token_mask_is_threshold_low and _high")
+    elif low is not None:
+        upper = positive_number(t, high_key)
+        if upper is None or isinstance(low, bool) or not isinstance(low, int | float) or low > upper:
+            t.error(low_key, f"= {low!r} must be a number <= token_mask_is_threshold_high ({high!r}); to run this "
+                    f"file without the token mask, use the override ~{low_key}")
+            return [], ""
+        filters.append(mismatch_filter("token", float(low), upper))
+        source = source or low_key
+        if metric is not None or t.get(f"{OPC}.tis_ratio_type") == "sequence":
+            t.warn(low_key, "imported as a token filter; SkyRL sums a sequence's log-ratio (sequence weight or mask) "
+                   "over the tokens the token mask kept, here over all its response tokens")
+    return filters, source

@@ -170,6 +170,8 @@ def _main(previous: Flat) -> Flat:
         f"{G}.max_input_length": 512, f"{T}.fully_async.max_staleness_steps": 4,
         f"{T}.fully_async.num_parallel_generation_workers": 768, f"{ALG}.sapo.tau_pos": 1.0,
         f"{ALG}.sapo.tau_neg": 1.05, f"{ALG}.cispo.cispo_eps_clip_low": 0.0, f"{ALG}.cispo.cispo_eps_clip_high": 5.0,
+        f"{ALG}.off_policy_correction.token_mask_is_threshold_low": None,
+        f"{ALG}.off_policy_correction.token_mask_is_threshold_high": None,
         f"{T}.policy.optimizer_config.scheduler": "constant_with_warmup",
     }, drop=[f"{G}.{key}" for key in _ENGINE_KEYS] + [f"{T}.s3_export.", f"{T}.sequence_parallel_backend",
                                                       f"{G}.external_proxy_url", f"{G}.external_server_urls"])
@@ -210,16 +212,12 @@ NOTES: dict[str, str] = {
     f"{T}.policy.model_config_kwargs": "model config overrides are actor_train.model_args.model_config_kwargs",
     f"{T}.ref.model_config_kwargs": "the reference loads the model as it is stored",
     f"{T}.critic.model_config_kwargs": "model config overrides are critic.model_args.model_config_kwargs",
-    f"{T}.policy.model.lora.lora_sync_path": "LoRA weights are pushed to the engine directly",
+    f"{T}.policy.model.lora.lora_sync_path": "the adapter synced to vLLM (enable_lora) goes through a folder in /dev/shm",
     f"{T}.policy.model.lora.exclude_modules": "LoRA adapters go on lora_target modules only",
     f"{T}.critic.model.lora": "the critic trains all its weights",
     f"{T}.policy.megatron_config": "used when trainer.strategy is megatron",
     f"{T}.ref.megatron_config": "the reference follows the policy's Megatron layout",
-    f"{ALG}.kl_ctrl": "KL control applies with use_kl_in_reward", f"{ALG}.tis_imp_ratio_cap":
-    "not translated: truncated importance sampling is the native train_infer_correction.is_weight (fresh batches) "
-    "or off_policy_correction (stale batches)",
-    f"{ALG}.use_tis": "not translated: truncated importance sampling is the native train_infer_correction.is_weight "
-    "(fresh batches) or off_policy_correction (stale batches)",
+    f"{ALG}.kl_ctrl": "KL control applies with use_kl_in_reward",
     f"{ALG}.dynamic_sampling": "dynamic sampling (filter / replace) is not built",
     f"{ALG}.zero_variance_filter": "groups without reward variance are kept (difficulty_mask drops solved or "
     "unsolved prompts)", f"{ALG}.clip_cov": "clip-cov applies to SkyRL's loss of that name only",
@@ -250,7 +248,9 @@ NOTES: dict[str, str] = {
     f"{G}.inference_engine.served_model_name": "engines serve the trainer only",
     f"{G}.inference_engine.external_proxy_url": "remote inference engines are not supported",
     f"{G}.inference_engine.external_server_urls": "remote inference engines are not supported",
-    f"{G}.fully_sharded_loras": "LoRA is planned", f"{G}.inference_engine.fully_sharded_loras": "LoRA is planned",
+    f"{G}.fully_sharded_loras": "vLLM's fully sharded LoRA kernels are not selected (enable_lora serves the adapter)",
+    f"{G}.inference_engine.fully_sharded_loras": "vLLM's fully sharded LoRA kernels are not selected (enable_lora "
+    "serves the adapter)",
     f"{G}.enable_ray_prometheus_stats": "engine metrics are not exported to Prometheus",
     f"{G}.inference_engine.enable_ray_prometheus_stats": "engine metrics are not exported to Prometheus",
     f"{G}.inference_engine_expert_parallel_size": "expert parallelism is not available in the engine",
@@ -260,9 +260,6 @@ NOTES: dict[str, str] = {
     f"{G}.inference_engine_pipeline_parallel_size": "pipeline-parallel engines are not built",
     f"{G}.inference_engine.pipeline_parallel_size": "pipeline-parallel engines are not built",
     f"{ALG}.init_kl_coef": "KL in the reward is weighted by kl_loss_coef (init_kl_coef), as in SkyRL from v0.1",
-    f"{ALG}.off_policy_correction": "SkyRL's rollout-vs-trainer importance correction is not applied from this "
-    "key: set the native train_infer_correction (ROLL's weights and filters, fresh batches) or "
-    "off_policy_correction (stale batches)",
     f"{T}.policy.model.lora.init_method": "LoRA adapters start from PEFT's default initialisation",
     f"{T}.log_path": "logs go to the run directory (events.jsonl and the trainer log)",
     f"{T}.exclude_modules": "LoRA adapters go on lora_target modules only",

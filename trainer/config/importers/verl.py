@@ -10,19 +10,29 @@ gae. Multi-turn rollouts (`rollout.multi_turn.enable: true`, and verl-agent's `e
 remote environment) are refused: the agentic pipeline plays ROLL environments, not verl's tools, interactions or
 remote environments. The DAPO recipe's filter_groups become dynamic
 sampling: a std_filter at 0 on every reward (groups whose rewards are all equal) and
-is_use_additional_prompts, which draws replacement prompts.
+is_use_additional_prompts, which draws replacement prompts. verl's rollout correction (main's
+`algorithm.rollout_correction`, v0.6's `algorithm.rollout_is*`, v0.5's `actor.tis_imp_ratio_cap`) becomes
+train_infer_correction when `rollout.calculate_log_probs` is true, as verl applies it only then; a LoRA
+(`lora_rank` > 0) is served by vLLM with enable_lora, and `lora_adapter_path` is the adapter actor_train goes on
+training.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.config.importers.common import (
+    MISMATCH,
     drop_unused_reference,
+    enable_vllm_lora,
     fill_model_paths,
     import_lora,
     import_save_interval,
+    mismatch_filter,
+    mismatch_weight,
     positive_interval,
+    positive_number,
     settle_strategies,
     warn_unused,
 )
@@ -63,6 +73,11 @@ NO_CODE = "code named in a config is never imported; models and tokenizers load 
 REMOVE_PADDING = "padding-free sequences: use_sequence_packing (attention within each sample)"
 FSDP2_WRAP = "FSDP2 shards each decoder layer; the wrap policy is fixed"
 MULTI_TURN = "applies only with multi_turn.enable, which is refused"
+RC = "algorithm.rollout_correction"  # verl main's rollout correction
+LOG_PROBS = f"{ARR}.rollout.calculate_log_probs"
+LEVELS = ("token", "sequence", "geometric")  # verl's levels of rho = pi_old / pi_rollout, the native ones too
+NO_VETO = ("not imported: a veto rejects a whole sequence for its lowest token ratio; the native filters read a "
+           "token's ratio or a sequence's aggregate (a token filter with ratio_low drops the token, not the sequence)")
 
 
 def _logger(value: Any) -> str:
@@ -243,11 +258,17 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.actor.use_remove_padding", "actor_train.use_sequence_packing", True, derived=True,
          note=REMOVE_PADDING + " on actor_train"),
     Rule(f"{ARR}.model.trust_remote_code", "actor_train.model_args.trust_remote_code", True),
-    Rule(f"{ARR}.model.lora_rank", "actor_train.model_args.lora_rank", 16, _lora_rank, "0 trains all weights"),
+    Rule(f"{ARR}.model.lora_rank", "actor_train.model_args.lora_rank", 16, _lora_rank,
+         "0 trains all weights; > 0 (FSDP) also makes a vllm engine serve the adapter (actor_infer's enable_lora; a "
+         "dummy load_format becomes auto), as verl starts vLLM with enable_lora and syncs the adapter only"),
     Rule(f"{ARR}.model.lora_alpha", "actor_train.model_args.lora_alpha", 32, derived=True,
          note="used when lora_rank > 0"),
     Rule(f"{ARR}.model.target_modules", "actor_train.model_args.lora_target", "q_proj,v_proj", derived=True,
          note="used when lora_rank > 0 (a list becomes a comma-separated string)"),
+    Rule(f"{ARR}.model.lora_adapter_path", "actor_train.model_args.adapter_name_or_path", "/adapters/sft",
+         derived=True, note="a trained PEFT LoRA folder actor_train goes on training (verl loads it as trainable); "
+         "needs lora_rank > 0 with the adapter's rank, alpha and target modules (checked before launch, where verl "
+         "takes them from the adapter); the engine serves it, the reference stays the base model, as in verl"),
     Rule(f"{ARR}.model.use_liger", None, True, implied=False, note="Liger kernels are not used"),
     Rule(f"{ARR}.model.return_last_hidden_state", None, True, implied=False, note="not needed by the losses here"),
     Rule(f"{ARR}.model.use_fused_loss", None, True, implied=False, note="log-probs are computed unfused"),
@@ -276,6 +297,9 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.actor.kl_loss_type", "kl_penalty", "mse", derived=True,
          note="the KL estimator when use_kl_loss (native kl_penalty serves both KL terms)"),
     Rule(f"{ARR}.actor.ppo_epochs", "ppo_epochs", 3),
+    Rule(f"{ARR}.actor.tis_imp_ratio_cap", f"{MISMATCH}.is_weight", 2.5, derived=True,
+         note="> 0 (v0.5's truncated IS, with rollout.calculate_log_probs): is_weight at token level, upper_bound = "
+         "the cap: verl's vanilla loss times min(pi_old / pi_rollout, cap); -1: off; not with other loss modes"),
     Rule(f"{ARR}.actor.use_torch_compile", None, False, implied=True, note="the trainer decides on compilation"),
     Rule(f"{ARR}.actor.checkpoint.contents", None, ["model"],
          note="checkpoints always hold model, optimizer, scheduler and RNG state"),
@@ -330,6 +354,9 @@ RULES: list[Rule] = [
     Rule(f"{ARR}.rollout.log_prob_use_dynamic_bsz", "actor_train.use_dynamic_bsz", True),
     Rule(f"{ARR}.rollout.log_prob_max_token_len_per_gpu", "actor_train.max_token_len_per_gpu", 8192),
     Rule(f"{ARR}.rollout.do_sample", "actor_infer.generating_args.do_sample", False),
+    Rule(LOG_PROBS, None, True, derived=True,
+         note="rollout log-probs are always computed here; verl's rollout correction (rollout_correction, rollout_is*, "
+         "tis_imp_ratio_cap) acts only when true, and is imported only then"),
     Rule(f"{ARR}.rollout.n", "num_return_sequences_in_group", 6),
     Rule(f"{ARR}.rollout.disable_log_stats", "actor_infer.strategy_args.strategy_config.disable_log_stats", False),
     Rule(f"{ARR}.rollout.mode", None, "async", implied="sync", note="generation requests are scheduled by "
@@ -439,6 +466,45 @@ RULES: list[Rule] = [
     Rule("algorithm.kl_ctrl.kl_coef", "init_kl_coef", 0.02),
     Rule("algorithm.kl_ctrl.horizon", "kl_horizon", 5000),
     Rule("algorithm.kl_ctrl.target_kl", "target_kl", 0.05, derived=True, note="used when kl_ctrl.type is adaptive"),
+    # rollout correction (main): IS weights and rejection sampling of pi_old / pi_rollout, as train_infer_correction
+    Rule(f"{RC}.rollout_is", f"{MISMATCH}.is_weight", "token", derived=True,
+         note="token / sequence → is_weight {weight_type, upper_bound = rollout_is_threshold}: verl's truncated "
+         "weight min(rho, threshold) on the policy loss; null: none; with rollout.calculate_log_probs only"),
+    Rule(f"{RC}.rollout_is_threshold", f"{MISMATCH}.is_weight.upper_bound", 3.0, derived=True,
+         note="the weight's upper bound; also the rejection band's when rollout_rs_threshold is null"),
+    Rule(f"{RC}.rollout_rs", f"{MISMATCH}.filters", "geometric", derived=True,
+         note="token / sequence / geometric → one filter {agg_type, ratio band [rollout_rs_threshold_lower, "
+         "rollout_rs_threshold]}: rejected tokens (or samples) leave the actor's loss; verl also drops them from the "
+         "advantages' batch statistics and the critic's loss (a warning says so where that differs)"),
+    Rule(f"{RC}.rollout_rs_threshold", f"{MISMATCH}.filters", 1.5, derived=True,
+         note="the band's upper bound (null: rollout_is_threshold)"),
+    Rule(f"{RC}.rollout_rs_threshold_lower", f"{MISMATCH}.filters", 0.75, derived=True,
+         note="the band's lower bound (null: 1 / upper)"),
+    Rule(f"{RC}.rollout_token_veto_threshold", None, 1e-4, note=NO_VETO.removeprefix("not imported: ")),
+    Rule(f"{RC}.rollout_is_batch_normalize", None, True, implied=False,
+         note="the weights are not rescaled to mean 1 over the batch"),
+    Rule(f"{RC}.bypass_mode", "use_rollout_log_probs", True, derived=True,
+         note="true → use_rollout_log_probs (the PPO ratio is taken against the engine's log-probs: verl's bypass "
+         "with its ppo_clip loss); with rollout_is, rollout_rs or a veto it is refused (verl then corrects against "
+         "the current policy in every micro-batch, which is not built)"),
+    Rule(f"{RC}.use_policy_gradient", None, True, derived=True,
+         note="true is refused: verl's REINFORCE loss with rollout IS weights is not built"),
+    Rule(f"{RC}.loss_type", None, "reinforce", derived=True,
+         note="ppo_clip is the native PPO loss; reinforce is refused (verl's REINFORCE loss with rollout IS weights "
+         "is not built)"),
+    # rollout importance sampling of the v0.6 releases (flat under algorithm)
+    Rule("algorithm.rollout_is_threshold", f"{MISMATCH}.is_weight.upper_bound", 2.0, derived=True,
+         note="verl's switch (null: off): the weight's upper bound (truncate) or the band's (mask)"),
+    Rule("algorithm.rollout_is", f"{MISMATCH}.is_weight.enabled", True, derived=True,
+         note="true: the weights multiply the policy loss; false: verl only logs them (a mask still rejects)"),
+    Rule("algorithm.rollout_is_level", f"{MISMATCH}.is_weight.weight_type", "geometric", derived=True,
+         note="token / sequence / geometric, the same levels (weight_type and the filter's agg_type)"),
+    Rule("algorithm.rollout_is_mode", f"{MISMATCH}.filters", "mask", derived=True,
+         note="truncate → the weight clamped at the threshold; mask → a filter with band [threshold_lower, "
+         "threshold] (inside it the weight is rho itself, as in verl)"),
+    Rule("algorithm.rollout_is_threshold_lower", f"{MISMATCH}.filters", 0.6, derived=True,
+         note="mask mode's lower bound (null: 1 / threshold)"),
+    Rule("algorithm.rollout_is_veto_threshold", None, 1e-4, note=NO_VETO.removeprefix("not imported: ")),
     # trainer
     Rule("trainer.total_epochs", "max_steps", 3, derived=True,
          note="epochs need the dataset size; max_steps comes from total_training_steps when set"),
@@ -541,10 +607,14 @@ def finish(t: Translation) -> None:
         if role in t.native:
             _megatron_optimizer(t, role, src)
     import_lora(t, f"{ARR}.model", rank="lora_rank", alpha="lora_alpha", targets="target_modules")
+    _lora_adapter(t)
+    enable_vllm_lora(t, f"{ARR}.model.lora_rank", megatron=train_name == "megatron_train")
     _kl(t)
     _kl_target(t)
     _sequence_parallel(t)
     _remove_padding(t)
+    _bypass(t)
+    _rollout_correction(t, has_critic)
     _rewards(t, total)
     _dapo(t)
     _schedule(t)
@@ -866,3 +936,193 @@ def _validation(t: Translation) -> None:
     if limit > 0:
         data["max_samples"] = limit
     t.native.setdefault("val_greedy", True)
+
+
+def _lora_adapter(t: Translation) -> None:
+    """verl's model.lora_adapter_path: a PEFT LoRA folder loaded as trainable onto the actor (the rollout serves it,
+    the reference is the actor with its adapter disabled: the base). Native adapter_name_or_path continues it as the
+    LoRA the config trains (preflight checks its rank, alpha and targets against lora_*), so a LoRA must be on."""
+    path = f"{ARR}.model.lora_adapter_path"
+    adapter = t.get(path)
+    if adapter is None:
+        return
+    if (t.get(f"{ARR}.model.lora_rank") or 0) <= 0:
+        t.error(path, "needs lora_rank > 0 here: the adapter is trained on as the LoRA the config describes, and "
+                "preflight checks lora_rank, lora_alpha and target_modules against it (verl reads them from the "
+                f"adapter); to run this file, set the adapter's rank, e.g. with the override {ARR}.model.lora_rank=16")
+        return
+    t.set("actor_train.model_args.adapter_name_or_path", str(adapter), path)
+
+
+def _bypass(t: Translation) -> None:
+    """verl main's bypass mode reuses the engine's log-probs as the old ones (use_rollout_log_probs); its PPO-clip
+    loss then needs no IS weight. Its REINFORCE loss, and IS / rejection computed in bypass mode against the current
+    policy in each micro-batch, are not built: refused, naming the override that runs the file without them."""
+    for key, bad in (("use_policy_gradient", True), ("loss_type", "reinforce")):
+        value = t.get(f"{RC}.{key}")
+        if key == "loss_type" and value not in (None, "ppo_clip", "reinforce"):
+            t.error(f"{RC}.loss_type", f"= {value!r} is not a loss_type this importer knows; valid: ppo_clip, reinforce; "
+                    f"to train PPO with this file, use the override {RC}.loss_type=ppo_clip")
+        elif value == bad:
+            fix = "false" if key == "use_policy_gradient" else "ppo_clip"
+            t.error(f"{RC}.{key}", f"= {value!r} is refused: verl's REINFORCE loss with rollout IS weights "
+                    f"(-w·A·log pi) is not built, and PPO would train something else; to train PPO with this file, "
+                    f"use the override {RC}.{key}={fix}")
+    if not t.get(f"{RC}.bypass_mode"):
+        return
+    other = next((k for k in ("rollout_is", "rollout_rs", "rollout_token_veto_threshold") if t.has(f"{RC}.{k}")), None)
+    if other is not None:
+        t.error(f"{RC}.bypass_mode", f"= True with {other} is refused: in bypass mode verl computes its IS weights and "
+                "rejection between the current policy and the engine inside every micro-batch, which is not built; "
+                "to correct pi_old / pi_rollout once per batch (train_infer_correction) instead, use the override "
+                f"{RC}.bypass_mode=false")
+        return
+    t.set("use_rollout_log_probs", True, f"{RC}.bypass_mode")
+
+
+@dataclass
+class _Correction:
+    """One of verl's spellings of the rollout correction, in native terms."""
+
+    source: str  # the key that switches it on
+    weight: dict[str, Any] | None = None
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    filter_source: str = ""
+
+
+def _rollout_correction(t: Translation, has_critic: bool) -> None:
+    """verl's correction of the rollout-training mismatch (main's rollout_correction, v0.6's flat rollout_is*, v0.5's
+    tis_imp_ratio_cap) as train_infer_correction. verl computes it from the recomputed old log-probs and the engine's
+    (collected only with rollout.calculate_log_probs: true; without them verl applies nothing) once per batch, the
+    weight multiplying the policy loss and rejected tokens leaving the response mask: the native pipeline-level path
+    (docs/decisions/0040), same formulas. verl rejects before computing advantages, so estimators with batch
+    statistics (all but grpo and rloo) and the critic see fewer tokens there: a warning says so."""
+    if t.get(f"{RC}.bypass_mode"):
+        return  # use_rollout_log_probs, or refused (_bypass)
+    found = [c for c in (_correction_main(t), _correction_v06(t), _tis_cap(t)) if c is not None]
+    if not t.get(LOG_PROBS):
+        for corr in found:
+            t.warn(corr.source, f"= {t.get(corr.source)!r} not imported: verl applies its rollout correction only with "
+                   f"{LOG_PROBS}: true (the engine's log-probs are not collected otherwise); set it to import this "
+                   "as train_infer_correction")
+        return
+    if not found and t.written(LOG_PROBS):
+        t.warn(LOG_PROBS, "= True not imported: rollout log-probs are always computed here (rollout/logprob_diff_*); "
+               "it only enables verl's rollout correction, which this file does not set")
+    estimator = t.native.get("adv_estimator", "gae")
+    for corr in found:
+        if corr.weight is not None:
+            t.set(f"{MISMATCH}.is_weight", corr.weight, corr.source)
+        if not corr.filters:
+            continue
+        t.set(f"{MISMATCH}.filters", corr.filters, corr.filter_source)
+        if has_critic or estimator not in ("grpo", "rloo"):
+            where = " and in the critic's value loss" if has_critic else ""
+            t.warn(corr.filter_source, f"imported as a filter of the actor's loss; verl also removes the rejected "
+                   f"tokens from the response mask before the advantages are computed, so here they still count in "
+                   f"{estimator}'s batch statistics{where}")
+
+
+def _level(t: Translation, path: str, valid: tuple[str, ...], default: str | None = None) -> str | None:
+    value = t.get(path, default)
+    if value is not None and value not in valid:
+        t.error(path, f"= {value!r} is not a level this importer knows; valid: {', '.join(valid)}; to run this file "
+                f"without it, use the override ~{path}")
+        return None
+    return value
+
+
+def _unused(t: Translation, keys: tuple[str, ...], why: str) -> None:
+    for key in keys:
+        if t.written(key):
+            t.warn(key, f"= {t.get(key)!r} not imported: {why}")
+
+
+def _correction_main(t: Translation) -> _Correction | None:
+    """main: rollout_is (token / sequence) → weight min(rho, rollout_is_threshold); rollout_rs (token / sequence /
+    geometric) → a filter with band [rollout_rs_threshold_lower or 1 / upper, rollout_rs_threshold or
+    rollout_is_threshold]."""
+    level, rs = t.get(f"{RC}.rollout_is"), t.get(f"{RC}.rollout_rs")
+    thresholds = (f"{RC}.rollout_rs_threshold", f"{RC}.rollout_rs_threshold_lower")
+    if rs is None:
+        _unused(t, thresholds, "used only with rollout_rs")
+    if level is None and (rs is None or t.has(thresholds[0])):
+        _unused(t, (f"{RC}.rollout_is_threshold",), "used only with rollout_is (or rollout_rs without a threshold)")
+    if level is None and rs is None:
+        return None
+    corr = _Correction(source=f"{RC}.rollout_is" if level is not None else f"{RC}.rollout_rs")
+    if level is not None:
+        level = _level(t, f"{RC}.rollout_is", ("token", "sequence"))
+        bound = positive_number(t, f"{RC}.rollout_is_threshold", 2.0)
+        if level is None or bound is None:
+            return None
+        corr.weight = mismatch_weight(level, bound)
+    if rs is not None:
+        rs = _level(t, f"{RC}.rollout_rs", LEVELS)
+        upper = positive_number(t, thresholds[0]) if t.has(thresholds[0]) else \
+            positive_number(t, f"{RC}.rollout_is_threshold", 2.0)
+        lower = positive_number(t, thresholds[1]) if t.has(thresholds[1]) else (1 / upper if upper else None)
+        if rs is None or upper is None or lower is None:
+            return None
+        if lower > upper:
+            t.error(thresholds[1], f"= {lower} is above the upper bound {upper}: no sample would pass; to run this "
+                    f"file with the band [1 / upper, upper], use the override ~{thresholds[1]}")
+            return None
+        corr.filters, corr.filter_source = [mismatch_filter(rs, lower, upper)], f"{RC}.rollout_rs"
+    return corr
+
+
+def _correction_v06(t: Translation) -> _Correction | None:
+    """v0.6's flat keys: rollout_is_threshold (null: off) at rollout_is_level; truncate → weight min(rho, threshold)
+    when rollout_is; mask → a filter with band [rollout_is_threshold_lower or 1 / threshold, threshold] (and rho itself
+    as the weight when rollout_is: the band bounds it already)."""
+    keys = ("algorithm.rollout_is", "algorithm.rollout_is_threshold_lower", "algorithm.rollout_is_level",
+            "algorithm.rollout_is_mode")
+    if not t.has("algorithm.rollout_is_threshold"):
+        _unused(t, keys, "algorithm.rollout_is_threshold is null, which switches verl's rollout IS off")
+        return None
+    bound = positive_number(t, "algorithm.rollout_is_threshold")
+    level = _level(t, "algorithm.rollout_is_level", LEVELS, "token")
+    mode = _level(t, "algorithm.rollout_is_mode", ("truncate", "mask"), "truncate")
+    if bound is None or level is None or mode is None:
+        return None
+    apply = bool(t.get("algorithm.rollout_is"))
+    corr = _Correction(source="algorithm.rollout_is_threshold")
+    if mode == "truncate":
+        _unused(t, ("algorithm.rollout_is_threshold_lower",), "used only with rollout_is_mode mask")
+        if not apply:
+            t.warn(corr.source, f"= {bound} not imported: algorithm.rollout_is is false, so verl computes the weights "
+                   "for its metrics only (the mismatch is logged here as rollout/logprob_diff_*)")
+            return None
+        corr.weight = mismatch_weight(level, bound)
+        return corr
+    lower = positive_number(t, keys[1]) if t.has(keys[1]) else 1 / bound
+    if lower is None:
+        return None
+    if lower > bound:
+        t.error(keys[1], f"= {lower} is above rollout_is_threshold {bound}: no sample would pass; to run this file "
+                f"with the band [1 / threshold, threshold], use the override ~{keys[1]}")
+        return None
+    corr.weight = mismatch_weight(level, bound) if apply else None
+    corr.filters, corr.filter_source = [mismatch_filter(level, lower, bound)], "algorithm.rollout_is_mode"
+    t.warn(corr.filter_source, f"= 'mask' imported as a filter with band [{lower:g}, {bound:g}]: rejected tokens leave "
+           "the actor's loss and its token count, as in verl's later v0.6 code; the first releases with "
+           "rollout_is_mode zeroed their weights instead (they stayed in the count) and rejected nothing while "
+           "algorithm.rollout_is was false")
+    return corr
+
+
+def _tis_cap(t: Translation) -> _Correction | None:
+    """v0.5's actor.tis_imp_ratio_cap > 0: verl's vanilla loss times min(exp(old - rollout), cap) per token."""
+    path = f"{ARR}.actor.tis_imp_ratio_cap"
+    cap = t.get(path)
+    if cap is None or (isinstance(cap, int | float) and not isinstance(cap, bool) and cap <= 0):
+        return None
+    bound = positive_number(t, path)
+    if bound is None:
+        return None
+    if t.native.get("policy_loss", "ppo") != "ppo":
+        t.warn(path, f"= {cap!r} not imported: verl applies it in its vanilla (PPO) loss only, not with loss_mode "
+               f"{t.get(f'{ARR}.actor.policy_loss.loss_mode')!r}")
+        return None
+    return _Correction(source=path, weight=mismatch_weight("token", bound))

@@ -2,9 +2,10 @@
 ppo_megatron_trainer.yaml; from v0.5 on, the trees Hydra composes from verl/trainer/config/*/).
 
 Families: v0.3 (v0.3.0.post1 – v0.3.1), v0.4 (v0.4.0 – v0.4.1), v0.5 (v0.5.x – v0.6.x: Hydra config
-groups, `_target_` meta keys, the profiler rework) and main (late 2025 onward: rollout correction,
-transfer queue, `model_engine`, the new reward and distillation sections). Each family is the
-previous one plus what that release added or changed, minus what it removed.
+groups, `_target_` meta keys, the profiler rework; v0.5's actor.tis_imp_ratio_cap and v0.6's flat
+algorithm.rollout_is* keys) and main (late 2025 onward: rollout correction, transfer queue, `model_engine`, the
+new reward and distillation sections). Each family is the previous one plus what that release added or changed,
+minus what it removed.
 """
 
 from __future__ import annotations
@@ -261,6 +262,11 @@ _ADD_05: Flat = {
                                     "stacks": "all", "kw_args": {}})}),
     "ray_kwargs.ray_init.num_cpus": None, "ray_kwargs.timeline_json_file": None,
     **under("trainer", {"val_only": False, "use_legacy_worker_impl": "auto"}),
+    # v0.5.x's truncated importance sampling, replaced in v0.6 by the flat rollout_is* keys (main: rollout_correction)
+    f"{A}.tis_imp_ratio_cap": -1,
+    **under("algorithm", {"rollout_is": False, "rollout_is_threshold": None, "rollout_is_threshold_lower": None,
+                          "rollout_is_level": "token", "rollout_is_mode": "truncate",
+                          "rollout_is_veto_threshold": None}),
 }
 _DROP_05 = [f"{A}.profiler.discrete", f"{REF}.profiler.discrete", f"{RO}.profiler.discrete",
             "critic.profiler.discrete", "reward_model.profiler.discrete", "trainer.profile_steps",
@@ -308,9 +314,13 @@ _ADD_MAIN: Flat = {
     **under("algorithm.rollout_correction", {"rollout_is": None, "rollout_is_threshold": 2.0, "rollout_rs": None,
                                              "rollout_rs_threshold": None, "rollout_rs_threshold_lower": None,
                                              "rollout_token_veto_threshold": None, "bypass_mode": False,
-                                             "use_policy_gradient": False, "rollout_is_batch_normalize": False}),
-    "transfer_queue.enable": False,
+                                             "use_policy_gradient": False, "rollout_is_batch_normalize": False,
+                                             "loss_type": "ppo_clip"}),
+    "transfer_queue.enable": False, f"{M}.lora_adapter_path": None,
 }
+_DROP_MAIN = [f"{A}.tis_imp_ratio_cap", "algorithm.rollout_is", "algorithm.rollout_is_threshold",
+              "algorithm.rollout_is_threshold_lower", "algorithm.rollout_is_level", "algorithm.rollout_is_mode",
+              "algorithm.rollout_is_veto_threshold"]
 _MEGATRON_ADD_MAIN: Flat = {
     "critic.load_weight": True, "critic.data_loader_seed": f"${{{A}.data_loader_seed}}",
     **under(f"{A}.megatron.override_transformer_config", {"recompute_granularity": None,
@@ -332,8 +342,8 @@ def _families() -> tuple[Family, ...]:
     fsdp = evolve(fsdp, add=_ADD_05, drop=_DROP_05)
     megatron = evolve(megatron, add={**_ADD_05, **_MEGATRON_ADD_05}, drop=_DROP_05)
     out.append(Family("v0.5", "v0.5.0 – v0.6.x", {"fsdp": fsdp, "megatron": megatron}))
-    fsdp = evolve(fsdp, add=_ADD_MAIN)
-    megatron = evolve(megatron, add={**_ADD_MAIN, **_MEGATRON_ADD_MAIN}, drop=_DROP_MAIN_MEGATRON)
+    fsdp = evolve(fsdp, add=_ADD_MAIN, drop=_DROP_MAIN)
+    megatron = evolve(megatron, add={**_ADD_MAIN, **_MEGATRON_ADD_MAIN}, drop=_DROP_MAIN + _DROP_MAIN_MEGATRON)
     out.append(Family("main", "main (2025-11 onward)", {"fsdp": fsdp, "megatron": megatron}))
     return tuple(out)
 
@@ -423,7 +433,6 @@ NOTES: dict[str, str] = {
     "engine keyword arguments are not passed through; use the native strategy_config keys",
     f"{RO}.agent": "verl's agent loops are not supported (the agentic pipeline plays ROLL environments)",
     f"{RO}.multi_turn": "multi-turn settings apply only with multi_turn.enable, which is refused",
-    f"{RO}.calculate_log_probs": "rollout log-probs are always computed (rollout/logprob_diff_* metrics)",
     f"{RO}.update_weights_bucket_megabytes": "weights are pushed in one pass per tensor",
     f"{RO}.layered_summon": "FSDP2 gathers the full state once per sync", f"{RO}.trace": NO_PROFILER,
     f"{RO}.skip_rollout": "rollouts are always generated", f"{RO}.skip_dump_dir": "rollouts are always generated",
@@ -442,8 +451,6 @@ NOTES: dict[str, str] = {
     "reward_model.megatron": "reward models run forward-only (hf_infer)",
     "algorithm.use_pf_ppo": "prioritised (PF-PPO) resampling is not built",
     "algorithm.pf_ppo": "prioritised (PF-PPO) resampling is not built",
-    "algorithm.rollout_correction": "not translated (verl's IS/RS modes and vetoes differ from ROLL's): set the "
-    "native train_infer_correction (fresh batches) or off_policy_correction (stale batches)",
     "trainer.device": "GPU roles run on CUDA (CPU without device_mapping)",
     "trainer.esi_redundant_time": "no elastic-instance checkpoint timing", "trainer.val_only":
     "evaluation without training is `trainer validate`/eval_steps", "trainer.use_legacy_worker_impl":

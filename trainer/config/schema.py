@@ -1559,7 +1559,7 @@ class PipelineConfig(Section):
     max_additional_running_prompts: int = fld(
         16, category="Generation", ge=0,
         description="Extra prompts one step may draw beyond rollout_batch_size; past it, filtered groups fill "
-        "the batch and stay out of the loss.",
+        "the batch and stay out of the loss (when no group passed, the actor does not step).",
     )
     async_generation_ratio: float = fld(
         0.0, category="Async rollout", ge=0,

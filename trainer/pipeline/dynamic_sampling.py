@@ -10,7 +10,7 @@ generates and scores them, and repeats until `rollout_batch_size` groups pass or
 `max_additional_running_prompts` extra prompts were drawn this step (our rounds run one after the
 other, so that bound is also the number of extra prompts in flight, ROLL's meaning). Short of that,
 the batch is topped up with filtered groups, which the query-filter mask keeps out of the loss, so
-every batch has the same shape. Every extra draw is a ledger `extend` record and every filtered
+every batch has the same shape; when no group passed at all, the actor does not step. Every extra draw is a ledger `extend` record and every filtered
 group a `filter` record, so `python -m trainer ledger` accounts for each prompt drawn.
 """
 
@@ -176,7 +176,9 @@ def refill(cfg: PipelineConfig, rollout: Rollout, *, records: Sequence[dict[str,
                                         more=more)
     if left_out:
         ledger.record("filter", batch=rollout.batch_id, prompts=left_out)
-    return batch, stats.metrics(len(batch.prompt_indices))
+    # reward/mean is the trained batch's, which the filter biases (solved groups are left out): the step's own
+    # prompts before any replacement are what reward/mean measures without dynamic sampling
+    return batch, {**stats.metrics(len(batch.prompt_indices)), "rollout/drawn_reward_mean": float(rollout.scores.mean())}
 
 
 def zero_variance_metrics(scores: Tensor, group_ids: Tensor, keep: Tensor) -> dict[str, float]:

@@ -76,9 +76,13 @@ def sample_mask(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor, response
     prompt's group < difficulty_high_threshold (raw scores, before any reward processing).
     `error_max_len_clip`: drop wrong answers of error_max_len_threshold tokens or more.
     `query_filter` [batch]: the groups that pass their reward's query filter (dynamic_sampling). As ROLL
-    does, a step whose every sample would be dropped keeps them all rather than step on nothing.
+    does, a step whose every sample would be dropped by these masks keeps them all rather than step on
+    nothing. That fallback never re-admits a group the query filter dropped: in ROLL the filter acts in the
+    generation scheduler, so such a group never reaches the batch the masks see. When no group passes the
+    filter, no sample is kept and the actor does not step (RLVRPipeline.update).
     """
     keep = torch.ones(scores.shape[0], dtype=torch.bool)
+    passing = torch.ones_like(keep) if query_filter is None else query_filter.to(torch.bool)
     metrics: dict[str, float] = {}
     if cfg.max_len_mask or cfg.error_max_len_clip:
         if response_lengths is None:
@@ -94,15 +98,15 @@ def sample_mask(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor, response
             metrics["actor/error_len_mask_ratio"] = float(kept.float().mean())
             keep &= kept
     if query_filter is not None:
-        metrics["actor/query_filter_mask_ratio"] = float(query_filter.float().mean())
-        keep &= query_filter
+        metrics["actor/query_filter_mask_ratio"] = float(passing.float().mean())
     if cfg.difficulty_mask:
         kept = reward_algos.difficulty_mask(scores, group_ids, cfg.difficulty_low_threshold,
                                             cfg.difficulty_high_threshold)
         metrics["actor/difficulty_mask_ratio"] = float(kept.float().mean())
         keep &= kept
-    if not bool(keep.any()):
+    if not bool((keep & passing).any()):
         keep = torch.ones_like(keep)
+    keep &= passing
     metrics["actor/final_mask_ratio"] = float(keep.float().mean())
     return keep, metrics
 

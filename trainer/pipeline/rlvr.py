@@ -549,7 +549,9 @@ class RLVRPipeline:
         if "critic" in self.groups:
             with timer("critic_update"):
                 metrics.update(_mean_dicts(self.groups["critic"].call_sharded(roles.Critic.train_step, batch, step=step)))
-        if step > cfg.critic_warmup:
+        # no group passed the query filter (dynamic sampling found none within its budget): nothing to learn from,
+        # and an optimizer step on an empty loss would still move the weights (Adam's momentum)
+        if step > cfg.critic_warmup and bool(keep.any()):
             with timer("actor_update"):
                 metrics.update(_mean_dicts(
                     self.groups["actor_train"].call_sharded(roles.Actor.train_step, actor_batch, step=step)))

@@ -69,6 +69,18 @@ def test_sample_mask_keeps_groups_inside_the_thresholds() -> None:
     assert everything.all() and metrics["actor/difficulty_mask_ratio"] == 0.0
 
 
+def test_the_fallback_never_readmits_groups_the_query_filter_dropped() -> None:
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0])  # group means 1, 0.5, 0
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    passing = torch.tensor([False, False, True, True, False, False])  # a std_filter at 0: group 1 only
+    # the difficulty mask (0.6 < mean < 1) drops group 1 as well: the fallback keeps what passed the query filter
+    kept, _ = sample_mask(_cfg(difficulty_mask=True, difficulty_low_threshold=0.6), scores, groups, query_filter=passing)
+    assert kept.tolist() == passing.tolist()
+    # no group passes: nothing is kept (the actor does not step), not the whole batch
+    none, metrics = sample_mask(_cfg(), scores, groups, query_filter=torch.zeros(6, dtype=torch.bool))
+    assert not none.any() and metrics["actor/final_mask_ratio"] == 0.0 and metrics["actor/query_filter_mask_ratio"] == 0.0
+
+
 def test_sample_weights_follow_roll() -> None:
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
     assert sample_weights(_cfg(), mask, None) is None

@@ -39,6 +39,9 @@ def test_dynamic_sampling_trains_no_zero_variance_group_and_refills(tmp_path: Pa
     assert all(dynamic[s]["rollout/filler_group_fraction"] == 0 for s in steps)
     assert sum(dynamic[s]["rollout/extra_prompts"] for s in steps) > 0
     assert all(dynamic[s]["actor/query_filter_mask_ratio"] == 1.0 for s in steps)  # every trained group passes
+    # step 1's own prompts, same seed and weights as the plain run's: its reward, before any replacement
+    assert abs(dynamic[1]["rollout/drawn_reward_mean"] - plain[1]["reward/mean"]) < 1e-6
+    assert dynamic[1]["rollout/drawn_reward_mean"] != dynamic[1]["reward/mean"]  # the trained batch's is biased
     # the trained batch keeps its shape: 4 prompts × 2 samples per step, as in the plain run
     for run_dir in (tmp_path / "plain", tmp_path / "dynamic"):
         assert [len(e["data"]["samples"]) for e in events(run_dir, "rollouts")] == [8] * STEPS
@@ -48,6 +51,18 @@ def test_dynamic_sampling_trains_no_zero_variance_group_and_refills(tmp_path: Pa
     assert verdict.extra_prompts == extra and verdict.filtered_prompts == extra  # each replaced one left out
     assert verdict.trained_samples == 8 * STEPS
     assert _ledger_ok(tmp_path / "plain").extra_prompts == 0
+
+
+def test_when_no_group_passes_within_the_budget_none_is_trained_and_the_actor_does_not_step(tmp_path: Path) -> None:
+    # top_k 1: every response of a prompt is the same, so every group is flat and the budget runs out
+    flat = _run(tmp_path / "flat", *DYNAMIC[:3], "max_additional_running_prompts=4",
+                "actor_infer.generating_args.top_k=1", "max_steps=2")
+    for values in flat.values():
+        assert values["rollout/extra_prompts"] == 4 and values["rollout/filler_group_fraction"] == 1.0
+        assert values["rollout/zero_variance_group_fraction"] == 0.0  # the fallback does not re-admit them
+        assert values["actor/final_mask_ratio"] == 0.0
+        assert not any(key.startswith("actor/pg") for key in values)  # no actor update
+    assert _ledger_ok(tmp_path / "flat").extra_prompts == 8
 
 
 def test_a_query_filter_without_replacement_only_masks_the_loss(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ NLL over the response tokens through the same forward helpers the actor uses. Mo
   packed_balanced use_sequence_packing, algorithm load_balance: sequences of at most micro × (P + R) / 2 tokens
   packed_mask     `packed` through transformers' sdpa with its dense block-diagonal mask (before
                   packed_attention: T² attention over the whole packed sequence)
+Every mode runs the actor loss's forward (batch.response_logits_and_logprobs): packed micro-batches take
+the LM head and log-softmax at their real response tokens only.
 Each mode runs in a fresh process (one warm-up step, then `--steps` timed ones); `--repeats K` runs the
 modes round-robin K times and keeps each mode's fastest run (a machine whose load changes meanwhile then
 hurts every mode alike). Tokens/s counts real
@@ -67,11 +69,10 @@ def spec_for(mode: str, micro: int, width: int):
 
 
 def nll_loss(model, mb):
-    from trainer.models.batch import response_logits, token_logprobs
+    from trainer.models.batch import response_logits_and_logprobs
 
-    mask = mb["response_mask"]
-    logp = token_logprobs(response_logits(model, mb, 1.0), mb["input_ids"][:, -mask.size(1):])
-    return -(logp * mask).sum() / mb["global_tokens"][0], {}
+    _, logp = response_logits_and_logprobs(model, mb, 1.0)  # the actor loss's forward (roles.actor)
+    return -(logp * mb["response_mask"]).sum() / mb["global_tokens"][0], {}
 
 
 def run_mode(mode: str, args: argparse.Namespace, out: mp.Queue) -> None:

@@ -311,14 +311,15 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
 
-def entropy_loss(logits: Tensor, response_mask: Tensor, agg: LossAgg | None = None) -> Tensor:
-    """Aggregated entropy of the real tokens (subtracted with `entropy_loss_coef` in actor_loss).
+def entropy_loss(token_entropy: Tensor, response_mask: Tensor, agg: LossAgg | None = None) -> Tensor:
+    """Aggregated entropy of the real tokens (subtracted with `entropy_loss_coef` in actor_loss), from
+    the per-token entropy [batch, len] (entropy_from_logits).
 
     The logits are not copied to mask them ([batch, len, vocab] is the largest tensor in training);
     the per-token entropy is masked instead, so logits at padding must merely be finite (a model's
     always are) for them to get exactly zero gradient.
     """
-    return (agg or LossAgg())(entropy_from_logits(logits), response_mask)
+    return (agg or LossAgg())(token_entropy, response_mask)
 
 
 def value_loss(

@@ -51,6 +51,48 @@ def response_logits(model: nn.Module, batch: dict[str, Tensor], temperature: flo
     return logits / temperature if temperature > 0 else logits
 
 
+def packed_response_logits(model: nn.Module, batch: dict[str, Tensor], temperature: float) -> Tensor:
+    """Float logits [N, V] predicting the N real response tokens of a packed micro-batch (response_mask
+    1, row-major), divided by the sampling temperature: only those positions go through the LM head
+    (transformers' logits_to_keep), so neither prompt positions nor the [B, R] padding of the read-back
+    cost a vocabulary-wide row. `scatter_response` puts per-token results back in [B, R]."""
+    keep = batch[PACKED_INDEX][batch["response_mask"] > 0]
+    positions = batch[PACKED_POSITIONS]
+    out = model(input_ids=batch[PACKED_IDS], attention_mask=None, position_ids=positions, use_cache=False,
+                logits_to_keep=keep, **varlen_kwargs(positions))
+    logits = out.logits[0].float()
+    return logits / temperature if temperature > 0 else logits
+
+
+def scatter_response(values: Tensor, response_mask: Tensor) -> Tensor:
+    """Per-real-token values [N] (row-major over response_mask) back to [B, R], 0 at padding."""
+    real = response_mask > 0
+    out = values.new_zeros(real.shape)
+    out[real] = values
+    return out
+
+
+def response_logits_and_logprobs(model: nn.Module, batch: dict[str, Tensor],
+                                 temperature: float) -> tuple[Tensor, Tensor]:
+    """(logits, log p(response token) [B, R]) for a training loss: logits [B, R, V] for padded rows; for a
+    packed micro-batch [N, V] at its N real response tokens only (packed_response_logits), the log-probs
+    scattered back to [B, R] (0 at padding). Other per-position results of those logits (the entropy)
+    become [B, R] through `per_response_token`."""
+    tokens = batch["input_ids"][:, -batch["response_mask"].size(1):]
+    if is_packed(batch):
+        logits = packed_response_logits(model, batch, temperature)
+        return logits, scatter_response(token_logprobs(logits, tokens[batch["response_mask"] > 0]),
+                                        batch["response_mask"])
+    logits = response_logits(model, batch, temperature)
+    return logits, token_logprobs(logits, tokens)
+
+
+def per_response_token(values: Tensor, batch: dict[str, Tensor]) -> Tensor:
+    """A per-position result of response_logits_and_logprobs' logits as [B, R]: as it is for padded rows,
+    scattered back (0 at padding) for a packed micro-batch."""
+    return scatter_response(values, batch["response_mask"]) if is_packed(batch) else values
+
+
 def token_logprobs(logits: Tensor, tokens: Tensor) -> Tensor:
     """log softmax(logits)[token] per position: [B, R, V], [B, R] -> [B, R]."""
     return logits.log_softmax(-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
@@ -61,10 +103,18 @@ def response_logprobs(model: nn.Module, batch: dict[str, Tensor], temperature: f
     """log p(response token) [B, R] at `temperature`, the logits taken to fp32 and through the
     log-softmax a few rows at a time: no [B, R, V] fp32 tensor exists at once (for a 150k
     vocabulary it is the largest tensor of a no-grad pass). Row by row, the same numbers as
-    token_logprobs(response_logits(...)) bit for bit."""
-    width_r = batch["response_mask"].size(1)
-    logits = _response_outputs(model, batch)
+    token_logprobs(response_logits(...)) bit for bit. A packed micro-batch computes only its real
+    response tokens (packed_response_logits; 0 at padding)."""
+    mask = batch["response_mask"]
+    width_r = mask.size(1)
     tokens = batch["input_ids"][:, -width_r:]
+    if is_packed(batch):
+        logits = packed_response_logits(model, batch, temperature)
+        real_tokens = tokens[mask > 0]
+        chunk = rows_per_chunk * width_r
+        return scatter_response(torch.cat([token_logprobs(rows, ids) for rows, ids in
+                                           zip(logits.split(chunk), real_tokens.split(chunk), strict=True)]), mask)
+    logits = _response_outputs(model, batch)
     parts = [token_logprobs(rows.float() / temperature if temperature > 0 else rows.float(), ids)
              for rows, ids in zip(logits.split(rows_per_chunk), tokens.split(rows_per_chunk), strict=True)]
     return torch.cat(parts)

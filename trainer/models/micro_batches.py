@@ -13,9 +13,10 @@ A mini-batch (or the rows of a forward-only pass) is cut into micro-batches in o
 
 Every micro-batch then drops the columns that are padding in all its rows (`trim_padding`), and with
 packing its rows are concatenated into one sequence with position ids restarting per sample
-(`pack_rows`): transformers then keeps attention within each sample (a packed-sequence mask read
-from the position ids), and batch.response_logits / response_logprobs and value.response_values
-read each sample's response back through `packed_index`. Losses are divided by the mini-batch's
+(`pack_rows`): attention stays within each sample (trainer.models.packed_attention, or flash-attention's
+varlen kernels, given the bounds), the LM head runs at the real response tokens only, and
+batch.response_logits_and_logprobs / response_logprobs and value.response_values read each sample's
+response back through `packed_index`. Losses are divided by the mini-batch's
 global counts (ppo_update), so the summed gradient does not depend on the cut.
 """
 

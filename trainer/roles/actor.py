@@ -16,7 +16,7 @@ from trainer.algorithms import policy_loss as pl
 from trainer.algorithms.aggregation import LossAgg
 from trainer.config.topology import train_shape
 from trainer.models import adapters, lora
-from trainer.models.batch import response_logits, token_logprobs
+from trainer.models.batch import per_response_token, response_logits_and_logprobs
 from trainer.roles.common import (
     RoleBase,
     build_train_strategy,
@@ -157,8 +157,7 @@ def actor_loss(cfg: PipelineConfig, temperature: float, model: nn.Module,
     positively homogeneous in the advantage (clips and dual clip included), so that is L_pg with w_t·A_t."""
     clip_low, clip_high = cfg.clip_range()
     mask = mb["response_mask"]
-    logits = response_logits(model, mb, temperature)
-    log_probs = token_logprobs(logits, mb["input_ids"][:, -mask.size(1):])
+    logits, log_probs = response_logits_and_logprobs(model, mb, temperature)
     agg = loss_agg(cfg, mb)
     # absent when this is the only update on fresh rollouts: then π_old = π (ratio 1, exact)
     old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
@@ -185,7 +184,7 @@ def actor_loss(cfg: PipelineConfig, temperature: float, model: nn.Module,
             log_probs, old, adv, mask, mb["scores"], agg=agg, sample_weights=weights,
             positive_weight=cfg.actor_train.topr_positive_weight, negative_weight=cfg.actor_train.topr_negative_weight,
         )
-    entropy = pl.entropy_loss(logits, mask, agg)
+    entropy = pl.entropy_loss(per_response_token(pl.entropy_from_logits(logits), mb), mask, agg)
     kl_term = None
     if cfg.use_kl_loss:
         kl_term = kl_algos.kl_loss(log_probs, mb["ref_log_probs"], mask, cfg.kl_penalty, agg)

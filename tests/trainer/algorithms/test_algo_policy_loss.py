@@ -119,7 +119,7 @@ def test_entropy_from_logits() -> None:
     expected = torch.distributions.Categorical(logits=logits).entropy()
     torch.testing.assert_close(entropy_from_logits(logits), expected)
     mask = torch.tensor([[1, 1, 0, 0, 0]] * 3)
-    assert entropy_loss(logits, mask).item() == pytest.approx(float(expected[:, :2].mean()), rel=1e-6)
+    assert entropy_loss(entropy_from_logits(logits), mask).item() == pytest.approx(float(expected[:, :2].mean()), rel=1e-6)
 
 
 def test_value_loss_clipped_and_unclipped_by_hand() -> None:
@@ -161,7 +161,7 @@ def all_losses(
         "topr": topr_policy_loss(log_probs, old, adv, mask, scores).loss,
         "sft": sft_loss(log_probs, mask, scores > 0),
         "value": value_loss(log_probs, old, adv, mask, value_clip=0.2).loss,
-        "entropy": entropy_loss(logits, mask),
+        "entropy": entropy_loss(entropy_from_logits(logits), mask),
     }
 
 

@@ -203,17 +203,21 @@ def test_critic_loss_gradients_and_values_match_the_padded_batch(tmp_path: Path,
 
 
 class Recorder(torch.nn.Module):
-    """Wraps a model and records the input_ids shape and whether an attention mask came with it."""
+    """Wraps a model and records the input_ids shape, whether an attention mask came with it, and how many
+    positions went through the LM head when the caller chose them (logits_to_keep)."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.inner = model
         self.calls: list[tuple[tuple[int, ...], bool]] = []
+        self.kept: list[int] = []
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         ids = kwargs.get("input_ids", args[0] if args else None)
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         self.calls.append((tuple(ids.shape), mask is not None))
+        if "logits_to_keep" in kwargs:
+            self.kept.append(len(kwargs["logits_to_keep"]))
         return self.inner(*args, **kwargs)
 
 
@@ -236,10 +240,11 @@ def test_the_knobs_reach_the_model(tmp_path: Path, tiny_path: str, mode: str, ex
         strategy.model = Recorder(strategy.model)
         batch = rollout_batch()
         group.worker.compute_log_probs(batch)
-        forward_calls = list(strategy.model.calls)
+        forward_calls, forward_kept = list(strategy.model.calls), list(strategy.model.kept)
         strategy.model.calls.clear()
+        strategy.model.kept.clear()
         group.worker.train_step(batch, step=1)
-        train_calls = strategy.model.calls
+        train_calls, train_kept = strategy.model.calls, strategy.model.kept
     finally:
         group.shutdown()
     assert {shape for shape, _ in forward_calls} == expected
@@ -247,6 +252,10 @@ def test_the_knobs_reach_the_model(tmp_path: Path, tiny_path: str, mode: str, ex
     assert all(with_mask == (mode != "packed") for _, with_mask in forward_calls + train_calls)
     if mode == "packed":  # the shuffled mini-batch packs other pairs, but always all 8 rows' tokens
         assert sum(shape[1] for shape, _ in train_calls) == sum(PROMPT_LENGTHS) + sum(RESPONSE_LENGTHS)
+        # only the real response tokens reach the LM head: 1 + 24, 5 + 17, 9 + 2, 12 + 20 per pair
+        assert sorted(forward_kept) == [11, 22, 25, 32] and sum(train_kept) == sum(RESPONSE_LENGTHS)
+    else:
+        assert forward_kept == train_kept == []
 
 
 def test_dynamic_batching_reaches_the_update(tmp_path: Path, tiny_path: str) -> None:

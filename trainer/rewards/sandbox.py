@@ -49,7 +49,9 @@ KILLED_EXIT = -signal.SIGKILL
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Limits of one program run; `cpu_s` None means ceil(timeout_s)."""
+    """Limits of one program run; `cpu_s` None means ceil(timeout_s) + 1: a single-threaded program's CPU
+    time stays below the wall clock, so the wall-clock kill (-9) ends it first and RLIMIT_CPU (SIGXCPU)
+    only stops programs that burn CPU on several threads faster than time passes."""
 
     timeout_s: float = 20.0
     memory_mb: int = 1024
@@ -72,7 +74,7 @@ class SandboxLimits:
 
     @property
     def cpu_seconds(self) -> int:
-        return self.cpu_s if self.cpu_s is not None else max(1, math.ceil(self.timeout_s))
+        return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,13 @@ before and after each run is printed next to it.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trainer_run import REPO, run_trainer
+
 DEMO = REPO / "examples" / "demo_grpo_cpu.yaml"
 MODES = {
     "sync": ("rollout_mode=sync",),
@@ -53,33 +51,21 @@ LOG_PROBS = {
 
 
 def run_mode(config: Path, mode: str, steps: int, ratio: int, workers: str, extra: list[str], root: Path) -> dict:
-    out = root / mode
-    overrides = [f"output_dir={out}", f"max_steps={steps}", "eval_steps=0", f"save_steps={steps}",
+    overrides = [f"max_steps={steps}", "eval_steps=0", f"save_steps={steps}",
                  "track_with=none", "actor_infer.device_mapping=[1]", *ONE_THREAD, *MODES[mode],
                  f"async_generation_ratio={ratio if mode == 'async' else 0}", *extra]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "trainer", "run", str(config), "--workers", workers, *overrides],
-                          cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{mode}: the run failed:\n{proc.stderr[-3000:]}")
-    # split on "\n" only: str.splitlines() also splits at U+0085 / U+2028, which sampled text may contain
-    lines = (out / "events.jsonl").read_text(encoding="utf-8").split("\n")
-    events = [json.loads(line) for line in lines if line.strip()]
-    t0 = next(e["time"] for e in events if e["type"] == "status" and e["data"]["state"] == "running")
-    curve = [(e["time"] - t0, e["data"]["values"]) for e in events if e["type"] == "metrics"]
+    run = run_trainer(config, root / mode, overrides, workers=workers, name=mode)
+    curve = [(t, values) for _, t, values in run["metrics"]]
     rewards = [m["reward/mean"] for _, m in curve]
     steady = [m for _, m in curve[10:]]
     return {"mode": mode, "times": [t for t, _ in curve], "rewards": rewards,
-            "wall": curve[-1][0], "total": time.perf_counter() - started,
+            "wall": curve[-1][0], "total": run["total"],
             "final": sum(rewards[-20:]) / len(rewards[-20:]),
             "staleness": sum(m.get("async/staleness_mean", 0.0) for _, m in curve) / len(curve),
             "step_s": _mean(steady, "timing/step"),
             "generation_s": _mean(steady, "timing/generate") + _mean(steady, "timing/reward"),
             "weight_sync_s": _mean(steady, "timing/weight_sync"),
-            "load": (load_before, os.getloadavg()[0])}
+            "load": run["load"]}
 
 
 def _mean(metrics: list[dict[str, float]], key: str) -> float:

@@ -31,40 +31,26 @@ average before and after each run is printed next to it.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trainer_run import REPO, run_trainer
+
 EXAMPLE = REPO / "examples" / "demo_grpo_dynamic_sampling_cpu.yaml"
 OFF = ("~rewards.synthetic.query_filter_config", "is_use_additional_prompts=false")
 
 
 def run(config: Path, name: str, steps: int, workers: str, extra: list[str], root: Path) -> dict:
     """One run of `config` through the trainer CLI, dynamic sampling on (`dynamic`) or off (`plain`)."""
-    out = root / name
-    overrides = [f"output_dir={out}", f"max_steps={steps}", f"save_steps={steps}", "track_with=none",
-                 *(OFF if name == "plain" else ()), *extra]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "trainer", "run", str(config), "--workers", workers, *overrides],
-                          cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{name}: the run failed:\n{proc.stderr[-3000:]}")
-    # split on "\n" only: str.splitlines() also splits at U+0085 / U+2028, which sampled text may contain
-    lines = (out / "events.jsonl").read_text(encoding="utf-8").split("\n")
-    events = [json.loads(line) for line in lines if line.strip()]
-    t0 = next(e["time"] for e in events if e["type"] == "status" and e["data"]["state"] == "running")
-    metrics = [(e["step"], e["time"] - t0, e["data"]["values"]) for e in events if e["type"] == "metrics"]
+    overrides = [f"max_steps={steps}", f"save_steps={steps}", "track_with=none", *(OFF if name == "plain" else ()),
+                 *extra]
+    run = run_trainer(config, root / name, overrides, workers=workers, name=name)
+    metrics = run["metrics"]
     return {"name": name, "steps": [m for _, _, m in metrics], "wall": metrics[-1][1],
-            "total": time.perf_counter() - started, "load": (load_before, os.getloadavg()[0]),
+            "total": run["total"], "load": run["load"],
             "evals": {s: m["eval/reward/mean"] for s, _, m in metrics if "eval/reward/mean" in m}}
 
 

@@ -43,9 +43,9 @@ def varlen_sdpa_attention(module: torch.nn.Module, query: Tensor, key: Tensor, v
                                       scaling=scaling, **kwargs)
     if query.size(0) != 1:
         raise ValueError(f"a packed sequence is one row; got a batch of {query.size(0)}")
-    if kwargs.get("sliding_window") is not None:
-        # a window inside each sample needs the mask path; the packers refuse such models up front
-        raise ValueError("sliding-window attention is not supported in packed sequences")
+    if kwargs.get("sliding_window") is not None:  # a window inside each sample needs a mask or flash-attention
+        raise ValueError("this model's sliding-window attention layers cannot pack with sdpa: set "
+                         "model_args.attn_implementation to flash_attention_2 (GPU) or eager")
     groups = getattr(module, "num_key_value_groups", 1)
     key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     cuts = bounds.tolist()

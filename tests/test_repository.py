@@ -1,4 +1,4 @@
-"""House rules of ARCHITECTURE.md that a refactor could silently break."""
+"""House rules of docs/architecture.md that a refactor could silently break."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_trainer_has_no_import_cycle() -> None:
     assert first_cycle(trainer_import_graph()) == []
 
 
-# ARCHITECTURE.md's order of trainer packages: a package imports its own layer (no circle) or lower ones.
+# docs/architecture.md's order of trainer packages: a package imports its own layer (no circle) or lower ones.
 TRAINER_LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"algorithms", "telemetry"}),
     frozenset({"config"}),

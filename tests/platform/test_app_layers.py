@@ -1,4 +1,4 @@
-"""Platform apps depend one way: accounts → experiments → jobs / tracking → api (ARCHITECTURE.md). A lower app
+"""Platform apps depend one way: accounts → experiments → jobs / tracking → api (docs/architecture.md). A lower app
 reaches a higher one through a signal or an on-commit hook the higher app connects (experiments.signals), never
 an import; jobs may import tracking (it stores the Ray driver's output as tracking's log lines), tracking never
 imports jobs. See docs/decisions/0028-platform-apps-depend-one-way.md.
@@ -140,7 +140,7 @@ def test_every_rest_endpoint_is_served_by_the_api_app() -> None:
 
 def test_every_app_is_in_the_layers() -> None:
     apps = {p.parent.name for p in PACKAGE.glob("*/apps.py")}
-    assert apps == set(LAYER), "a new app needs its place in LAYER (and in ARCHITECTURE.md's order)"
+    assert apps == set(LAYER), "a new app needs its place in LAYER (and in docs/architecture.md's order)"
 
 
 def write(root: Path, relative: str, text: str) -> None:

@@ -6,6 +6,9 @@ world_size)`. `WorkerGroup` hosts one instance per rank in a Ray actor placed in
 calls, and a failure on any rank surfaces at once as a `WorkerGroupError` naming role and rank.
 A call names its method by reference (`group.call_sharded(Actor.train_step, batch)`: a reader and a
 type checker can follow it to the role's Protocol); a string still works for ad-hoc worker classes.
+A Protocol method declares how it is called (`@dispatch("sharded")`, as verl's `@register(dispatch_mode=…)`),
+and a group refuses the other calls: `call_all(Actor.train_step, batch)` would train every rank on the
+whole batch, so it is an error before any rank runs.
 torch is imported only where a process group is set up, so light workers start fast; ray only in
 the Ray side's methods, so `LocalWorkerGroup` (and this module) work where Ray is not installed.
 """
@@ -16,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from trainer.cluster import distributed as dist_setup
 from trainer.cluster.resources import ResourcePool
@@ -31,8 +34,29 @@ Method = str | Callable[..., Any]
 """A worker method: the function itself (its name is what the rank calls) or its name."""
 
 
-def method_name(method: Method) -> str:
-    return method if isinstance(method, str) else method.__name__
+Dispatch = Literal["all", "sharded", "rank0"]
+"""all: the same arguments on every rank; sharded: rank r gets the r-th slice of the batch; rank0: rank 0 only."""
+DECLARED_DISPATCH: dict[Callable[..., Any], Dispatch] = {}
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def dispatch(mode: Dispatch) -> Callable[[_F], _F]:
+    """Declare on a role's Protocol method how a worker group must call it."""
+    def declare(method: _F) -> _F:
+        DECLARED_DISPATCH[method] = mode
+        return method
+    return declare
+
+
+def method_name(method: Method, used: Dispatch | None = None) -> str:
+    """The name a rank calls; with `used`, refuses a method declared for another dispatch mode."""
+    if isinstance(method, str):
+        return method
+    declared = DECLARED_DISPATCH.get(method)
+    if used is not None and declared is not None and declared != used:
+        raise TypeError(f"{method.__qualname__} is declared @dispatch({declared!r}): call it with "
+                        f"group.call_{declared}(…), not group.call_{used}(…)")
+    return method.__name__
 
 
 class WorkerGroupError(RuntimeError):
@@ -251,7 +275,7 @@ class WorkerGroup:
 
     def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
         """The same call on every rank; results in rank order."""
-        method = method_name(method)
+        method = method_name(method, "all")
         return self._gather([a.call.remote(method, args, kwargs) for a in self.actors], method, self.timeout_s)
 
     def call_all_deferred(self, method: Method, *args: Any, wait: bool = True, **kwargs: Any) -> Deferred:
@@ -260,7 +284,7 @@ class WorkerGroup:
         without a round trip through the driver). wait=True waits like `call_all` (errors and hangs surface
         the same way); wait=False returns at once and the next call on this group settles it (an actor runs
         its calls in order, so that call's ranks also start after this one's)."""
-        method = method_name(method)
+        method = method_name(method, "all")
         refs = [a.call_deferred.remote(method, args, kwargs) for a in self.actors]
         if wait:
             self._gather(refs, method, self.timeout_s)
@@ -270,14 +294,14 @@ class WorkerGroup:
 
     def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list:
         """Rank r gets the r-th equal contiguous slice (along dim 0) of every value in `batch`."""
-        method = method_name(method)
+        method = method_name(method, "sharded")
         shards = shard_batch(batch, self.world_size)
         refs = [a.call.remote(method, (shard,), kwargs) for a, shard in zip(self.actors, shards, strict=True)]
         return self._gather(refs, method, self.timeout_s)
 
     def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
         """Only rank 0 (a method without collectives, or the group would wait on the others)."""
-        method = method_name(method)
+        method = method_name(method, "rank0")
         return self._gather([self.actors[0].call.remote(method, args, kwargs)], method, self.timeout_s)[0]
 
     def shutdown(self) -> None:
@@ -332,8 +356,8 @@ class LocalWorkerGroup:
             self.shutdown()
             raise WorkerGroupError(role, 0, "start", f"{type(error).__name__}: {error}") from error
 
-    def _call(self, method: Method, args: tuple, kwargs: dict[str, Any]) -> Any:
-        method = method_name(method)
+    def _call(self, method: Method, args: tuple, kwargs: dict[str, Any], used: Dispatch) -> Any:
+        method = method_name(method, used)
         self.in_flight = (method, (0,))
         try:
             return getattr(self.worker, method)(*args, **kwargs)
@@ -343,17 +367,17 @@ class LocalWorkerGroup:
             self.in_flight = None
 
     def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
-        return [self._call(method, args, kwargs)]
+        return [self._call(method, args, kwargs, "all")]
 
     def call_all_deferred(self, method: Method, *args: Any, wait: bool = True, **kwargs: Any) -> Any:
         """In one process there is nothing to defer: the result itself."""
-        return self._call(method, args, kwargs)
+        return self._call(method, args, kwargs, "all")
 
     def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list:
-        return [self._call(method, (shard_batch(batch, 1)[0],), kwargs)]
+        return [self._call(method, (shard_batch(batch, 1)[0],), kwargs, "sharded")]
 
     def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
-        return self._call(method, args, kwargs)
+        return self._call(method, args, kwargs, "rank0")
 
     def shutdown(self) -> None:
         """The worker's own `shutdown` (an in-process engine's cleanup) first, then the process group."""

@@ -12,6 +12,8 @@ batch, step=step)`), so a reader and a type checker can follow every call to its
     reward       trainer.roles.reward.RewardWorker        Reward
 
 Batches are dicts of CPU tensors laid out as in trainer.models.batch; a worker only sees its shard.
+Each method declares how a group calls it (`@dispatch`): a group refuses another call mode, so the loop cannot
+train every rank on the whole batch by writing `call_all` for `call_sharded`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from trainer.cluster.worker_group import dispatch
 from trainer.roles.actor import ActorTrainWorker
 from trainer.roles.common import needs_process_group
 from trainer.roles.critic import CriticWorker
@@ -34,58 +37,77 @@ from trainer.rollout.base import Generation, SamplingParams
 class Role(Protocol):
     """What every role answers."""
 
+    @dispatch("all")
     def ping(self) -> str: ...
 
+    @dispatch("all")
     def save_rng(self, path: str) -> None: ...
 
+    @dispatch("all")
     def load_rng(self, path: str) -> None: ...
 
+    @dispatch("all")
     def profile_step(self, step: int | None) -> list[dict[str, Any]]: ...
 
 
 class Trained(Role, Protocol):
     """actor_train and critic: one PPO update per rollout; checkpoints of model, optimizer and RNG."""
 
+    @dispatch("sharded")
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]: ...
 
+    @dispatch("all")
     def save_checkpoint(self, path: str) -> None: ...
 
+    @dispatch("all")
     def load_checkpoint(self, path: str) -> dict[str, int | None]: ...
 
 
 class Actor(Trained, Protocol):
+    @dispatch("sharded")
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor: ...
 
+    @dispatch("rank0")
     def weight_buckets(self, device: str, dtype: torch.dtype, bucket_bytes: int) -> Iterator[dict[str, Tensor]]: ...
 
     def full_state_dict(self) -> dict[str, Tensor]: ...
 
+    @dispatch("all")
     def engine_weights(self) -> dict[str, Tensor]: ...
 
+    @dispatch("all")
     def save_hf(self, path: str, tokenizer_path: str) -> None: ...
 
 
 class Critic(Trained, Protocol):
+    @dispatch("sharded")
     def compute_values(self, batch: dict[str, Tensor]) -> Tensor: ...
 
 
 class Reference(Role, Protocol):
+    @dispatch("sharded")
     def compute_log_probs(self, batch: dict[str, Tensor]) -> Tensor: ...
 
 
 class Rollout(Role, Protocol):
+    @dispatch("sharded")
     def generate(self, batch: dict[str, Any], params: SamplingParams) -> list[Generation]: ...
 
+    @dispatch("all")
     def load_weights(self, state_dict: Mapping[str, Tensor]) -> None: ...
 
+    @dispatch("rank0")
     def weight_format(self) -> tuple[str, torch.dtype]: ...
 
+    @dispatch("all")
     def sleep(self) -> None: ...
 
+    @dispatch("all")
     def wake(self) -> None: ...
 
 
 class Reward(Role, Protocol):
+    @dispatch("rank0")
     def score(self, batch: dict[str, Any]) -> list[float]: ...
 
 

@@ -133,3 +133,44 @@ def test_local_worker_group_has_the_same_calls() -> None:
     with pytest.raises(WorkerGroupError, match=r"role 'reward' rank 0: fail_on failed: ValueError"):
         group.call_all("fail_on", 0)
     group.shutdown()
+
+
+class _Trains:
+    """A worker whose train_step records the rows it was handed."""
+
+    def __init__(self, role: str, rank: int, world_size: int) -> None:
+        self.rows: list[int] = []
+
+    def train_step(self, batch: dict, step: int) -> dict[str, float]:
+        self.rows.append(len(batch["ids"]))
+        return {"rows": float(len(batch["ids"]))}
+
+
+def test_a_role_method_called_with_another_dispatch_mode_is_refused_before_any_rank_runs() -> None:
+    from trainer import roles
+
+    group = LocalWorkerGroup(_Trains, "actor_train")
+    batch = {"ids": torch.arange(4)}
+    with pytest.raises(TypeError, match=r"Trained.train_step is declared @dispatch\('sharded'\).*not group.call_all"):
+        group.call_all(roles.Actor.train_step, batch, step=1)
+    with pytest.raises(TypeError, match=r"call_sharded"):
+        group.call_rank0(roles.Actor.train_step, batch, step=1)
+    assert group.worker.rows == []  # refused before the worker saw anything
+    assert group.call_sharded(roles.Actor.train_step, batch, step=1) == [{"rows": 4.0}]
+    # the Ray group checks the same declaration before it sends anything (no cluster needed to refuse)
+    ray_group = WorkerGroup.__new__(WorkerGroup)
+    with pytest.raises(TypeError, match=r"Reward.score is declared @dispatch\('rank0'\)"):
+        ray_group.call_sharded(roles.Reward.score, {"prompts": ["p"]})
+    with pytest.raises(TypeError, match=r"Rollout.generate is declared @dispatch\('sharded'\)"):
+        ray_group.call_all_deferred(roles.Rollout.generate, {})
+
+
+def test_every_method_of_the_role_protocols_declares_its_dispatch_mode() -> None:
+    from trainer import roles
+    from trainer.cluster.worker_group import DECLARED_DISPATCH
+
+    undeclared = sorted(f"{protocol.__name__}.{name}" for protocol in {roles.Role, roles.Trained, *roles.ROLE_PROTOCOLS.values()}
+                        for name, member in vars(protocol).items()
+                        if callable(member) and not name.startswith("_") and member not in DECLARED_DISPATCH)
+    # full_state_dict: called on every rank (FSDP gathers) or on rank 0 of one (tests), by design either
+    assert undeclared == ["Actor.full_state_dict"]

@@ -25,6 +25,7 @@ from trainer.algorithms import step_advantages
 from trainer.algorithms.stats import (
     as_bool_mask,
     check_same_shape,
+    discounted_scan,
     fill_masked,
     group_mean_std,
     masked_sum,
@@ -55,14 +56,7 @@ def discounted_returns(token_level_rewards: Tensor, response_mask: Tensor, gamma
     """Return-to-go over real tokens: G_t = r_t + γ·G_{t'}, t' the next real token (G after the last = 0)."""
     check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
     _check_unit_interval(gamma=gamma)
-    mask = as_bool_mask(response_mask)
-    rewards = fill_masked(token_level_rewards, mask)
-    returns = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[:, 0])
-    for t in reversed(range(rewards.shape[-1])):
-        running = torch.where(mask[:, t], rewards[:, t] + gamma * running, running)
-        returns[:, t] = running
-    return fill_masked(returns, mask)
+    return discounted_scan(token_level_rewards, response_mask, gamma)
 
 
 def gae(

@@ -29,6 +29,20 @@ def fill_masked(values: Tensor, mask: Tensor, fill: float = 0.0) -> Tensor:
     return torch.where(as_bool_mask(mask), values, torch.full_like(values, fill))
 
 
+def discounted_scan(values: Tensor, mask: Tensor, gamma: float) -> Tensor:
+    """Return-to-go along the last dim over the real (mask) positions: G_t = x_t + γ·G_{t'}, t' the next real
+    position (G after the last = 0); 0 at masked positions. Token returns and GiGPO's step returns both."""
+    check_same_shape(values=values, mask=mask)
+    mask = as_bool_mask(mask)
+    values = fill_masked(values, mask)
+    returns = torch.zeros_like(values)
+    running = torch.zeros_like(values[..., 0])
+    for t in reversed(range(values.shape[-1])):
+        running = torch.where(mask[..., t], values[..., t] + gamma * running, running)
+        returns[..., t] = running
+    return fill_masked(returns, mask)
+
+
 def masked_sum(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Σ values·mask over `dim` (all elements when dim is None)."""
     filled = fill_masked(values, mask)

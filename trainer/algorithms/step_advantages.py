@@ -49,7 +49,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from trainer.algorithms.stats import as_bool_mask, check_same_shape, fill_masked
+from trainer.algorithms.stats import as_bool_mask, check_same_shape, discounted_scan, fill_masked
 from trainer.algorithms.trajectory_norm import normalize_scores
 
 STEP_ADV_ESTIMATORS: tuple[str, ...] = ("gigpo", "step_reinforce", "agentic_reinforce")
@@ -72,14 +72,7 @@ def step_returns(step_scores: Tensor, turn_mask: Tensor, gamma: float) -> Tensor
     """G_ik = r_ik + γ_s·G_i,k+1 over the real turns of each trajectory [batch, turns]; 0 elsewhere."""
     check_same_shape(step_scores=step_scores, turn_mask=turn_mask)
     _check_gamma("step_reward_gamma", gamma)
-    mask = as_bool_mask(turn_mask)
-    scores = fill_masked(step_scores, mask)
-    returns = torch.zeros_like(scores)
-    running = torch.zeros_like(scores[:, 0])
-    for k in reversed(range(scores.shape[-1])):
-        running = torch.where(mask[:, k], scores[:, k] + gamma * running, running)
-        returns[:, k] = running
-    return fill_masked(returns, mask)
+    return discounted_scan(step_scores, turn_mask, gamma)
 
 
 def normalize_turns(values: Tensor, turn_mask: Tensor, group_ids: Tensor, method: str) -> Tensor:

@@ -43,6 +43,7 @@ from trainer.config import bounds
 from trainer.config.device_mapping import DeviceMappingError, parse_device_mapping
 from trainer.config.formats import FOREIGN_TOP_LEVEL_KEYS
 from trainer.config.issues import ConfigError, ConfigIssue
+from trainer.config.merge import deep_merge
 from trainer.config.presets import DEEPSPEED_PRESETS
 
 MAX_DEFAULTS_DEPTH = 8
@@ -171,16 +172,6 @@ def _read(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path 
 # defaults
 
 
-def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 @dataclass(frozen=True)
 class DefaultsEntry:
     """One entry of a Hydra `defaults:` list.
@@ -293,13 +284,13 @@ class _Composer:
         self_done = False
         for entry in entries:
             if entry.is_self:
-                merged = _deep_merge(merged, body)
+                merged = deep_merge(merged, body)
                 self_done = True
             elif not entry.override:
                 for layer in self._layers(entry, here, package, depth):
                     self.layer_keys.update(layer)
-                    merged = _deep_merge(merged, layer)
-        return merged if self_done else _deep_merge(merged, body)
+                    merged = deep_merge(merged, layer)
+        return merged if self_done else deep_merge(merged, body)
 
     def _layers(self, entry: DefaultsEntry, here: Path | None, package: str, depth: int) -> list[dict[str, Any]]:
         if entry.group is not None and entry.group.lstrip("/").split("/")[0] == "hydra":
@@ -458,11 +449,26 @@ def _walk_to_parent(
             if not create:
                 return None, parts[-1]
             node[part] = {}
+        if isinstance(node[part], str):
+            node[part] = _section_of_interpolation(data, node[part])
         node = node[part]
         if not isinstance(node, dict):
             prefix = ".".join(parts[: i + 1])
             raise ConfigError([ConfigIssue(prefix, f"override {override!r}: {prefix} is a value, not a section")])
     return node, parts[-1]
+
+
+_WHOLE_INTERPOLATION = re.compile(r"^\$\{([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\}$")
+
+
+def _section_of_interpolation(data: dict[str, Any], value: str) -> Any:
+    """A copy of the section `value` interpolates when it is exactly `${a.b}` of a section (ROLL's
+    `SimpleSokoban: ${custom_env.SimpleSokoban}`), so an override can reach into it; else `value`."""
+    match = _WHOLE_INTERPOLATION.match(value)
+    node: Any = data
+    for part in match.group(1).split(".") if match else ():
+        node = node.get(part) if isinstance(node, dict) else None
+    return copy.deepcopy(node) if match and isinstance(node, dict) else value
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ surface (builtin.SURFACES) knows every key of its releases, and which release a 
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Mapping
 from types import ModuleType
@@ -22,6 +21,7 @@ from trainer.config.importers.common import REPLACEMENTS, other_engine_names
 from trainer.config.importers.rules import Rule, SourceValueError, Translation, apply_rules
 from trainer.config.importers.surface import Family, flatten
 from trainer.config.issues import ConfigIssue
+from trainer.config.merge import deep_merge
 from trainer.config.schema import PipelineConfig
 
 logger = logging.getLogger(__name__)
@@ -56,16 +56,6 @@ def detect_format(raw: Mapping[str, Any]) -> tuple[str | None, str]:
     return "roll", ""
 
 
-def _merge_defaults(defaults: Mapping[str, Any], raw: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(defaults))
-    for key, value in raw.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge_defaults(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def release_family(raw: Mapping[str, Any], fmt: str) -> Family:
     """The release family of `fmt` whose keys the file uses (builtin.SURFACES)."""
     return SURFACES[fmt].detect(dict(flatten(raw)))
@@ -82,7 +72,7 @@ def translate_traced(raw: Mapping[str, Any], fmt: str) -> tuple[dict[str, Any], 
     module = IMPORTERS[fmt]
     surface, flat = SURFACES[fmt], dict(flatten(raw))
     family = surface.detect(flat)
-    t = Translation(raw=_merge_defaults(module.DEFAULTS, raw), fmt=fmt, given=dict(raw), surface=surface,
+    t = Translation(raw=deep_merge(module.DEFAULTS, raw), fmt=fmt, given=dict(raw), surface=surface,
                     family=family, variant=surface.variant_of(family, flat))
     apply_rules(t, module.RULES)
     if not any(issue.severity == "error" for issue in t.issues):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from policylab.accounts.models import Team
 from policylab.experiments import statuses
@@ -33,11 +34,28 @@ class Project(models.Model):
         return self.name
 
 
+class SoftDeletable(models.Model):
+    """Soft delete, the same for every model that has it: an archived row is hidden everywhere (404) while its
+    rows and files stay; selectors filter `archived_at__isnull=True`."""
+
+    archived_at = models.DateTimeField(null=True, blank=True, help_text="Soft-deleted: hidden everywhere (404)")
+    archived_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        abstract = True
+
+    def archive(self, user: models.Model) -> None:
+        """Mark archived now by `user`, in one UPDATE of this row only (no other field is written back)."""
+        type(self).objects.filter(pk=self.pk).update(archived_at=timezone.now(), archived_by=user)
+
+
 class ImmutableConfigError(Exception):
     """Raised when code tries to change an experiment's config snapshot after creation."""
 
 
-class Experiment(models.Model):
+class Experiment(SoftDeletable):
     IMMUTABLE_FIELDS = ("config", "config_yaml", "config_hash", "source_format", "source_text")
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="experiments")
@@ -53,10 +71,6 @@ class Experiment(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    archived_at = models.DateTimeField(null=True, blank=True, help_text="Soft-deleted: hidden everywhere (404)")
-    archived_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -89,7 +103,7 @@ def default_max_retries() -> int:
     return settings.POLICYLAB_MAX_RETRIES
 
 
-class Run(models.Model):
+class Run(SoftDeletable):
     experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     created_by = models.ForeignKey(
@@ -119,10 +133,6 @@ class Run(models.Model):
     )
     progress_attempt = models.PositiveIntegerField(
         default=0, help_text="The attempt whose trainer status events set current_step and eta_seconds"
-    )
-    archived_at = models.DateTimeField(null=True, blank=True, help_text="Soft-deleted: hidden everywhere (404)")
-    archived_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
     class Meta:

@@ -20,7 +20,6 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from policylab.accounts.models import Team
 from policylab.accounts.scoping import require_admin, require_write
@@ -482,7 +481,7 @@ def archive_run(run: Run, user) -> None:
     require_admin(user, run.experiment.project.team)
     if run.is_active:
         raise RunStateError(f"run {run.pk} is {run.status}; cancel it (and let it stop) before deleting it")
-    Run.objects.filter(pk=run.pk).update(archived_at=timezone.now(), archived_by=user)
+    run.archive(user)
 
 
 def archive_experiment(experiment: Experiment, user) -> None:
@@ -492,4 +491,4 @@ def archive_experiment(experiment: Experiment, user) -> None:
     if live:
         raise RunStateError(f"experiment {experiment.pk} has live runs ({', '.join(map(str, live))}); "
                             "cancel them before deleting it")
-    Experiment.objects.filter(pk=experiment.pk).update(archived_at=timezone.now(), archived_by=user)
+    experiment.archive(user)

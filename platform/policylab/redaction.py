@@ -9,7 +9,8 @@ URL, with its password when REDIS_URL has one) and the deployment's absolute pat
   stored (the database never holds the secret) and again wherever text is shown (rows stored earlier).
 - `shown_text`: redact_credentials, then server paths written relative: the run's own directory as
   `<run_dir>`, any other run's as `<runs>/run-N`, the trainer's working directory (where relative
-  config paths start) as `.`. Applied where log lines and validation errors are shown (stored log lines
+  config paths start) as `.`, the virtualenv as `<venv>` and the Python installation as `<python>`
+  (tracebacks and stall stacks name `…/site-packages/ray/…` and the interpreter's home otherwise). Applied where log lines and validation errors are shown (stored log lines
   keep their paths), and where a run's message is written (experiments.run_state: its one writer).
 - `path_in_run`: a path field (a checkpoint's folder) relative to the run directory.
 """
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import os
 import re
+import site
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,9 +44,23 @@ def redact_credentials(text: str) -> str:
     return _SECRET_PARAM.sub(lambda m: f"{m['name']}{REDACTED}", text)
 
 
+def interpreter_prefixes() -> list[tuple[str, str]]:
+    """(folder, shown as) of the Python the servers and the trainer run on: the virtualenv (sys.prefix when it
+    is not the installation itself) as `<venv>`, the installation as `<python>`, and a site-packages folder
+    outside both (a user site) as `<site-packages>`."""
+    bases = {sys.base_prefix, sys.base_exec_prefix}
+    named = [(base, "<python>") for base in bases]
+    named += [(prefix, "<venv>") for prefix in {sys.prefix, sys.exec_prefix} - bases]
+    sites = [*site.getsitepackages(), site.getusersitepackages()] if hasattr(site, "getsitepackages") else []
+    inside = tuple(os.path.join(os.path.normpath(folder), "") for folder, _ in named)
+    named += [(folder, "<site-packages>") for folder in sites
+              if not os.path.join(os.path.normpath(folder), "").startswith(inside)]
+    return named
+
+
 def _server_prefixes(run_dir: Path | str | None) -> tuple[tuple[str, str], ...]:
     """(absolute prefix, shown as) for the server's own folders, most specific first."""
-    named = [(settings.POLICYLAB_TRAINER_WORKDIR, "."), (settings.POLICYLAB_RUNS_DIR, "<runs>")]
+    named = [*interpreter_prefixes(), (settings.POLICYLAB_TRAINER_WORKDIR, "."), (settings.POLICYLAB_RUNS_DIR, "<runs>")]
     if run_dir is not None:
         named.append((run_dir, "<run_dir>"))
     pairs: dict[str, str] = {}

@@ -6,6 +6,7 @@ closest valid key name) and the cross-field rules below all become ConfigIssues.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import typing
@@ -15,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trainer.config import roll_keys
 from trainer.config.bounds import check_integers
 from trainer.config.confinement import tiny_issues
 from trainer.config.importers import detect_and_translate_traced
@@ -118,9 +120,16 @@ def _validate_into(
     if result.errors:
         return
     config, schema_issues = build_config(native)
+    if fmt == "roll":
+        native, config, schema_issues, ignored = _drop_what_roll_ignores(native, config, schema_issues)
+        _add(result, ignored)
     _add(result, schema_issues)
     _add(result, _outside(check_integers(native), schema_issues))
     if config is None or result.errors:
+        # Every error at once: the rules and engines are checked on the config without the refused values.
+        _add(result, _outside(_behind_schema_errors(native, result.errors, fmt, origin), result.errors))
+        if fmt == "roll":
+            result.errors = [_with_removal_override(i, raw) for i in result.errors]
         return
     _add(result, check_rules(config))
     if result.errors:
@@ -134,6 +143,104 @@ def _validate_into(
     _add(result, name_the_override(fmt, check_availability(config), origin, chosen))
     errors = {i.path for i in result.errors}
     result.warnings = [w for w in result.warnings if w.path not in errors]  # one message per field
+
+
+# ---------------------------------------------------------------------------------------------
+# ROLL's non-strict parsing; every error in one pass
+
+
+def _drop_what_roll_ignores(
+    native: dict[str, Any], config: PipelineConfig | None, issues: list[ConfigIssue]
+) -> tuple[dict[str, Any], PipelineConfig | None, list[ConfigIssue], list[ConfigIssue]]:
+    """Unknown keys that ROLL hands to an engine (`strategy_config`) or drops (roll_keys.ignored_by_roll) become
+    warnings saying what happens to them, and leave the config; the rest stay errors."""
+    warnings: list[ConfigIssue] = []
+    for _ in range(3):  # a dropped key can unmask another section's unknown keys
+        ignored = [i for i in issues if i.message.startswith("unknown key") and _roll_ignores(i, native)]
+        if not ignored:
+            break
+        warnings += [_warning(i.path, _ignored_message(i, native)) for i in ignored]
+        native = _without(native, [i.path for i in ignored])
+        config, issues = build_config(native)
+    return native, config, issues, warnings
+
+
+def _roll_ignores(issue: ConfigIssue, native: Mapping[str, Any]) -> bool:
+    """ROLL drops the key, or hands it to the engine; a misspelt key of the typed strategy_config (did you mean
+    one of its fields, and no argument of the engine) stays an error: the setting it meant would not act."""
+    parts = issue.path.split(".")
+    if "strategy_config" not in parts[:-1]:
+        return roll_keys.ignored_by_roll(parts[:-1], parts[-1])
+    strategy = _value_at(native, [*parts[: parts.index("strategy_config")], "strategy_name"])
+    return "did you mean" not in issue.message or bool(roll_keys.takes(str(strategy), parts[-1]))
+
+
+def _ignored_message(issue: ConfigIssue, native: Mapping[str, Any]) -> str:
+    parts = issue.path.split(".")
+    if "strategy_config" in parts[:-1]:
+        strategy = _value_at(native, [*parts[: parts.index("strategy_config")], "strategy_name"])
+        return roll_keys.engine_key_message(parts[-1], str(strategy))
+    return f"{issue.message} (ROLL ignores it here, as PolicyLab does)"
+
+
+def _value_at(tree: Mapping[str, Any], parts: Sequence[str]) -> Any:
+    node: Any = tree
+    for part in parts:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def _without(tree: Mapping[str, Any], paths: Sequence[str]) -> dict[str, Any]:
+    """A copy of `tree` without the keys at the dotted `paths` (sections along the way are copied)."""
+    out = dict(tree)
+    for path in paths:
+        *parents, last = path.split(".")
+        node: Any = out
+        for part in parents:
+            child = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(child, Mapping):
+                node = None
+                break
+            node[part] = dict(child)
+            node = node[part]
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return out
+
+
+def _behind_schema_errors(
+    native: Mapping[str, Any], errors: list[ConfigIssue], fmt: str, origin: Mapping[str, str]
+) -> list[ConfigIssue]:
+    """The rules' and engines' errors of the config as it would be without the values the schema refused, so that
+    one pass reports them all (a refused value falls back to its default; its own error stays)."""
+    pruned, config = dict(native), None
+    paths = [i.path for i in errors if i.path]
+    for _ in range(4):
+        pruned = _without(pruned, paths)
+        config, issues = build_config(pruned)
+        if config is not None or not issues:
+            break
+        paths = [i.path for i in issues if i.path]
+    if config is None:
+        return []
+    found = [i for i in check_rules(config) if i.severity == "error"]
+    chosen = {f"{role}.strategy_args.strategy_name": strategy_name(role.split(".")[0], worker)
+              for role, worker in roles(config).items()}
+    found += [i for i in name_the_override(fmt, check_availability(config), origin, chosen) if i.severity == "error"]
+    refused = [i.path for i in errors]
+    return [i for i in found if not any(i.path == p or i.path.startswith(f"{p}.") for p in refused)]
+
+
+def _with_removal_override(issue: ConfigIssue, raw: Mapping[str, Any]) -> ConfigIssue:
+    """A schema error of a key the file sets names the override that removes it (its default then applies)."""
+    parts = issue.path.split(".")
+    if "override " in issue.message or not issue.path or _value_at(raw, parts) is None:
+        return issue
+    model = model_at(parts[:-1], raw)
+    info = model.model_fields.get(parts[-1]) if model is not None else None
+    if info is not None and info.is_required():
+        return issue  # removing it would only trade this error for "is required"
+    return dataclasses.replace(issue, message=f"{issue.message}; override ~{issue.path}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,6 +649,7 @@ def _batch_issue(config: PipelineConfig, role: str, worker: WorkerConfig) -> Con
         hint = f"; gradient_accumulation_steps = {best} works ({steps} optimizer step{'s' if steps > 1 else ''} per rollout)"
         if steps > 1:
             hint += f", {per_rank} gives one step per rollout"
+        hint += f"; override {path}={best}"
     elif samples % dp == 0:
         path = f"{role}.training_args.per_device_train_batch_size"
         options = _small_divisors(samples // dp)
@@ -625,7 +733,7 @@ def _check_lengths(config: PipelineConfig) -> list[ConfigIssue]:
                 _error(
                     f"{base}.{limit_field}",
                     f"{limit} is shorter than prompt_length + response_length = {config.prompt_length} + "
-                    f"{config.response_length} = {total}; raise it to at least {total}",
+                    f"{config.response_length} = {total}; raise it to at least {total}; override {base}.{limit_field}={total}",
                 )
             )
         gen = worker.generating_args
@@ -635,7 +743,8 @@ def _check_lengths(config: PipelineConfig) -> list[ConfigIssue]:
                 _error(
                     f"{role}.generating_args.max_new_tokens",
                     f"{gen.max_new_tokens} exceeds response_length {config.response_length}; "
-                    "use at most response_length (e.g. ${response_length})",
+                    "use at most response_length (e.g. ${response_length}); override "
+                    f"{role}.generating_args.max_new_tokens={config.response_length}",
                 )
             )
     return issues
@@ -667,7 +776,8 @@ def _check_data(config: PipelineConfig) -> list[ConfigIssue]:
 def _check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
     issues = []
     if config.adv_estimator == "gae" and config.critic is None:
-        issues.append(_error("critic", "adv_estimator gae needs a critic section (a value model)"))
+        issues.append(_error("critic", "adv_estimator gae needs a critic section (a value model); without one, "
+                             "REINFORCE++ is the nearest built estimator: override adv_estimator=reinforce_plus_plus"))
     if config.critic is not None and config.adv_estimator != "gae":
         issues.append(_warning("critic", f"unused: adv_estimator {config.adv_estimator} does not use a value model"))
     if config.use_kl_loss and config.add_token_level_kl:
@@ -927,7 +1037,8 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
         turn = env.max_tokens_per_step or turn_default
         if turn > config.response_length:
             issues.append(_error(f"custom_envs.{tag}.max_tokens_per_step", f"{turn} tokens per turn exceed "
-                                 f"response_length = {config.response_length}, which holds every turn of a trajectory"))
+                                 f"response_length = {config.response_length}, which holds every turn of a trajectory; "
+                                 f"override custom_envs.{tag}.max_tokens_per_step={config.response_length}"))
         elif turn == config.response_length and config.train_env_manager is not None:
             issues.append(_warning(f"custom_envs.{tag}.max_tokens_per_step", "unset, so each turn may take all of "
                                    "response_length and a trajectory has room for one turn; set it"))
@@ -1270,7 +1381,7 @@ def _check_lora(config: PipelineConfig) -> list[ConfigIssue]:
         args = worker.model_args
         if args.lora_target is None:
             issues += [_error(f"{role}.model_args.{knob}", "acts only with lora_target (ROLL trains LoRA adapters when "
-                              "lora_target is set, e.g. all or q_proj,v_proj); set it, or remove this")
+                              f"lora_target is set, e.g. all or q_proj,v_proj); set it, or remove this: override ~{role}.model_args.{knob}")
                        for knob in LORA_KNOBS if getattr(args, knob) != type(args).model_fields[knob].default]
         elif not args.lora_target.strip(" ,"):
             issues.append(_error(f"{role}.model_args.lora_target", "names no module; give comma-separated module "
@@ -1280,7 +1391,8 @@ def _check_lora(config: PipelineConfig) -> list[ConfigIssue]:
         if knob in infer_args.model_fields_set and getattr(infer_args, knob) != getattr(train_args, knob):
             issues.append(_error(f"actor_infer.model_args.{knob}", f"= {getattr(infer_args, knob)!r} differs from "
                                  f"actor_train's {getattr(train_args, knob)!r}: the engine serves the policy actor_train "
-                                 "trains (LoRA merged into its weights); repeat actor_train's value or remove it"))
+                                 "trains (LoRA merged into its weights); repeat actor_train's value or remove it: override "
+                                 f"~actor_infer.model_args.{knob}"))
     if config.reference is not None and config.reference.model_args.lora_target is not None:
         issues.append(_warning("reference.model_args.lora_target", "no effect: the reference is the frozen base "
                                "model; LoRA adapters train on actor_train and critic"))

@@ -18,14 +18,20 @@ def issues(changes: dict[str, Any], kind: str = "errors") -> list[tuple[str, str
 
 
 @pytest.mark.parametrize(("probs", "words"), [
-    ({"math": 0.5, "code": 0.4}, "sum to 0.9; they must sum to 1"),
-    ({"math": 0.5, "code": 0.6}, "sum to 1.1"),
+    ({"math": 0.5, "code": 0.6}, "sum to 1.1; they must sum to at most 1"),
     ({"math": 1.5, "code": -0.5}, "math: 1.5, code: -0.5: each probability must be in (0, 1]"),
     ({}, "no domain listed"),
 ])
-def test_probabilities_must_be_positive_and_sum_to_one(probs: dict[str, float], words: str) -> None:
+def test_probabilities_must_be_positive_and_sum_to_at_most_one(probs: dict[str, float], words: str) -> None:
     errors = issues({PROBS: probs})
     assert [path for path, _ in errors] == [PROBS] and words in errors[0][1]
+
+
+def test_a_sum_below_one_gives_the_last_domain_the_rest_as_roll_does() -> None:
+    # ROLL's own multi-domain files list 0.4 + 0.3 + 0.1 + 0.1: int(0.5 * 8) = 4 math, code takes the other 4
+    result = validate_config(changed({PROBS: {"math": 0.5, "code": 0.4}}))
+    assert result.ok, result.errors
+    assert any(i.path == PROBS and "splits as math 4, code 4" in i.message for i in result.warnings)
 
 
 def test_a_domain_the_rounding_leaves_without_a_prompt_is_an_error_with_the_batch_size_that_fits() -> None:

@@ -335,7 +335,8 @@ class DatasetFilter(Section):
 
 
 def check_domain_probs(probs: dict[str, float] | None) -> dict[str, float] | None:
-    """domain_interleave_probs: a non-empty mapping of probabilities in (0, 1] that sum to 1."""
+    """domain_interleave_probs: a non-empty mapping of probabilities in (0, 1] that sum to at most 1 (ROLL gives the
+    last listed domain the rest of a batch, so a sum below 1 is ROLL's way of writing that; validation says the split)."""
     if probs is None:
         return None
     if not probs:
@@ -345,9 +346,9 @@ def check_domain_probs(probs: dict[str, float] | None) -> dict[str, float] | Non
     if bad:
         raise ValueError(f"{', '.join(f'{d}: {p}' for d, p in bad.items())}: each probability must be in (0, 1]")
     total = sum(probs.values())
-    if abs(total - 1.0) > 1e-6:
-        raise ValueError(f"the probabilities sum to {total:g}; they must sum to 1 "
-                         f"({', '.join(f'{d}: {p}' for d, p in probs.items())})")
+    if total > 1.0 + 1e-6:
+        raise ValueError(f"the probabilities sum to {total:g}; they must sum to at most 1 (the last listed domain "
+                         f"takes the rest of a batch) ({', '.join(f'{d}: {p}' for d, p in probs.items())})")
     return probs
 
 

@@ -38,10 +38,11 @@ MAX_ALIASES = 1_000
 # two (tens of values each).
 MAX_ALIAS_NODES = 1_000
 MAX_RESOLVED_CHARS = 4_000_000
-# Our arithmetic resolvers (loading._register_resolvers); `oc.env` is handled before OmegaConf sees
-# the config (loading.apply_env). OmegaConf's other built-ins (oc.select, oc.create, oc.decode, …)
-# could copy subtrees past the size bound below, and no framework config needs them.
-ALLOWED_RESOLVERS = ("add", "subtract", "multiply", "int_div", "divide", "not")
+# Our arithmetic resolvers and `secret` (loading._register_resolvers; a secret's reference resolves to itself);
+# `oc.env` is handled before OmegaConf sees the config (loading.apply_env). OmegaConf's other built-ins
+# (oc.select, oc.create, oc.decode, …) could copy subtrees past the size bound below, and no framework config
+# needs them.
+ALLOWED_RESOLVERS = ("add", "subtract", "multiply", "int_div", "divide", "not", "secret")
 RESOLVER_OUTPUT_CHARS = 64  # a number or a boolean
 SCALAR_CHARS = 8
 INT64_MAX = 2**63 - 1  # the largest integer the platform stores (PostgreSQL bigint: seqs, steps, sizes)

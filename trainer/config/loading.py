@@ -13,7 +13,8 @@ Order of operations, as in Hydra/ROLL:
    (Hydra's "set me on the command line") is refused here, one line per key with the override;
 4. `${oc.env:VAR,default}`: substituted from `env` in the trainer; kept as written when `env` is None
    (the web server never reads its own environment into a config);
-5. resolve the other `${...}` interpolation (`${response_length}`, `${subtract:a,b}` …);
+5. resolve the other `${...}` interpolation (`${response_length}`, `${subtract:a,b}` …); a team secret's
+   `${secret:NAME}` stays as written everywhere (trainer.config.secrets resolves it where it is used);
 6. drop helper keys: top-level keys that `defaults:` layers introduced or that interpolations read,
    unless they are native fields or a foreign framework's sections (and `hydra:`);
 7. parse `device_mapping` expressions with the allow-list parser (never evaluated).
@@ -45,6 +46,7 @@ from trainer.config.formats import FOREIGN_TOP_LEVEL_KEYS
 from trainer.config.issues import ConfigError, ConfigIssue
 from trainer.config.merge import deep_merge
 from trainer.config.presets import DEEPSPEED_PRESETS
+from trainer.config.secrets import keep_reference, misplaced_reference_issues, plain_secret_issues
 
 MAX_DEFAULTS_DEPTH = 8
 # Top-level sections of verl / SkyRL / RLinf files (their defaults files may hold them).
@@ -82,6 +84,8 @@ def _register_resolvers() -> None:
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_resolver(name, _bounded(fn), annotation_validation="off")
+    if not OmegaConf.has_resolver("secret"):  # `${secret:NAME}` stays a reference (trainer.config.secrets)
+        OmegaConf.register_resolver("secret", keep_reference, annotation_validation="off")
 
 
 def _product(values: list[int | float]) -> int | float:
@@ -718,6 +722,7 @@ def load_raw_with_issues(
     helper_keys |= referenced_top_level_keys(merged)
     derived = derived_helper_keys(merged) - helper_keys - _kept_top_level_keys()
     issues += [_helper_warning(key) for key in sorted(derived)]  # kept here; validation leaves them out
+    issues += plain_secret_issues(merged)  # before ${oc.env:…} puts a value in
     merged, env_issues = apply_env(merged, env)
     env_issues += bounds.check_resolvers(merged)
     if env_issues:
@@ -726,6 +731,9 @@ def load_raw_with_issues(
     resolved = _resolve(merged)
     for key in helper_keys - _kept_top_level_keys():
         resolved.pop(key, None)
+    misplaced = misplaced_reference_issues(resolved)
+    if misplaced:
+        raise ConfigError(issues + misplaced)
     _parse_device_mappings(resolved)
     return resolved, issues
 

@@ -40,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.config.secrets import resolve_secrets
+
 logger = logging.getLogger(__name__)
 
 Messages = list[dict[str, str]]
@@ -276,10 +278,11 @@ class LLMJudgeOptions:
             assert self.generate is not None
             return self.generate
         extra = {k: v for k, v in (("temperature", self.temperature), ("max_tokens", self.max_tokens)) if v is not None}
+        api_key = resolve_secrets(self.judge_api_key)  # `${secret:NAME}`: the team secret, only here
 
         def ask(messages: Messages) -> str:
             return call_judge_api(str(self.judge_api_url), str(self.judge_model_name), messages,
-                                  api_key=self.judge_api_key, timeout_s=self.timeout_s, tries=self.tries,
+                                  api_key=api_key, timeout_s=self.timeout_s, tries=self.tries,
                                   retry_wait_s=self.retry_wait_s, extra=extra)
 
         def generate(conversations: list[Messages]) -> list[str]:

@@ -152,10 +152,12 @@ def _run(args: argparse.Namespace) -> int:
     from trainer.config import ConfigError, load_config
     from trainer.config.loading import config_environment
     from trainer.config.preflight import installed, preflight
+    from trainer.config.secrets import run_secrets
     from trainer.pipeline.runner import RunIdentity, run_training
 
     if args.exit_with_parent:  # armed first: a cancel may land while the config and preflight still run
         exit_when_orphaned()
+    run_secrets()  # the team secrets the platform passed, out of the environment before anything starts a process
     if args.workers == "ray" and not installed("ray"):  # one line, before anything else is looked at
         _report_config_failure(args, RAY_MISSING)
         return EXIT_INVALID

@@ -68,6 +68,8 @@ from trainer.config.topology import (
 Source = str | Path | Mapping[str, Any]
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 _TYPE_TAGS = {"str", "int", "float", "bool", "none", "dict", "list"}
+# ROLL environments that play a built game through another runner (ROCK's sandbox, the agent-native env manager).
+NEAREST_ENV = {"sokoban_sandbox": "sokoban", "sokoban_native_env": "sokoban"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +143,8 @@ def _validate_into(
     chosen = {f"{role}.strategy_args.strategy_name": strategy_name(role.split(".")[0], worker)
               for role, worker in roles(config).items()}
     _add(result, name_the_override(fmt, check_availability(config), origin, chosen))
+    if fmt == "roll":
+        result.errors = [_with_removal_override(i, raw) for i in result.errors]
     errors = {i.path for i in result.errors}
     result.warnings = [w for w in result.warnings if w.path not in errors]  # one message per field
 
@@ -227,8 +231,11 @@ def _behind_schema_errors(
     chosen = {f"{role}.strategy_args.strategy_name": strategy_name(role.split(".")[0], worker)
               for role, worker in roles(config).items()}
     found += [i for i in name_the_override(fmt, check_availability(config), origin, chosen) if i.severity == "error"]
+    # Not the refused values again, nor a sibling's "is required" that only their removal caused.
     refused = [i.path for i in errors]
-    return [i for i in found if not any(i.path == p or i.path.startswith(f"{p}.") for p in refused)]
+    sections = {p.rpartition(".")[0] for p in refused}
+    return [i for i in found if not any(i.path == p or i.path.startswith(f"{p}.") for p in refused)
+            and not ("is required" in i.message and i.path.rpartition(".")[0] in sections)]
 
 
 def _with_removal_override(issue: ConfigIssue, raw: Mapping[str, Any]) -> ConfigIssue:
@@ -467,7 +474,8 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
     for name, reward in config.rewards.items():
         if reward.worker_cls in ROLL_UNSUPPORTED_REWARD_WORKERS:
             what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]
-            issues.append(ConfigIssue(f"rewards.{name}.worker_cls", f"{what} ({reward.worker_cls}) {NOT_BUILT}",
+            issues.append(ConfigIssue(f"rewards.{name}.worker_cls", f"{what} ({reward.worker_cls}) {NOT_BUILT}; the "
+                                      f"other rewards train without this domain: override ~rewards.{name}",
                                       kind="not_built"))
         judge_strategy = strategy_name(f"rewards.{name}", reward)
         is_judge = "llm_judge" in (reward.reward_type, ROLL_REWARD_WORKERS.get(reward.worker_cls or ""))
@@ -484,12 +492,14 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
         if worker is not None and worker.model_args.lora_target is not None and strategy_name(role, worker) == "megatron_train":
             issues.append(ConfigIssue(f"{role}.model_args.lora_target", f"LoRA on megatron_train {NOT_BUILT} (PEFT adapts "
                                       "Hugging Face modules, not megatron-core's); train adapters with torch_train, "
-                                      "fsdp2_train or deepspeed_train", kind="not_built"))
+                                      "fsdp2_train or deepspeed_train; without LoRA megatron_train trains the full "
+                                      f"model: override ~{role}.model_args.lora_target", kind="not_built"))
         if (worker is not None and worker.model_args.freeze_module_prefix is not None
                 and worker.model_args.lora_target is None and strategy_name(role, worker) == "megatron_train"):
             issues.append(ConfigIssue(f"{role}.model_args.freeze_module_prefix", f"partial freezing on megatron_train "
                                       f"{NOT_BUILT} (the prefixes name Hugging Face parameters; megatron-core's differ); "
-                                      "use torch_train, fsdp2_train or deepspeed_train", kind="not_built"))
+                                      "use torch_train, fsdp2_train or deepspeed_train; without it every parameter "
+                                      f"trains: override ~{role}.model_args.freeze_module_prefix", kind="not_built"))
     if config.adv_estimator in UNBUILT_ADV_ESTIMATORS:
         built = [e for e in typing.get_args(PipelineConfig.model_fields["adv_estimator"].annotation)
                  if e not in UNBUILT_ADV_ESTIMATORS]
@@ -956,7 +966,8 @@ def _judge_issues(config: PipelineConfig, path: str, reward: Any, is_judge: bool
     mode = reward.judge_model_type
     if mode is None:
         return [_error(f"{path}.judge_model_type", "an llm_judge reward needs it; valid: api (judge_api_url, "
-                       "judge_model_name), inference (this section's model_args)")]
+                       "judge_model_name), inference (this section's model_args); a judge loaded from this section: "
+                       f"override {path}.judge_model_type=inference")]
     issues = []
     if mode == "api":
         issues += [_error(f"{path}.{name}", f"judge_model_type api needs it ({description})")
@@ -1032,8 +1043,11 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
                     else None) or config.response_length
     for tag, env in config.custom_envs.items():
         if env.env_type not in ENV_TYPES:
+            near = NEAREST_ENV.get(env.env_type)
+            fix = (f"; the same game runs as the built {near} environment: override custom_envs.{tag}.env_type={near}"
+                   if near in ENV_TYPES else "")
             issues.append(_error(f"custom_envs.{tag}.env_type", f"{env.env_type!r} is not a registered environment; "
-                                 f"valid: {', '.join(ENV_TYPES)}"))
+                                 f"valid: {', '.join(ENV_TYPES)}{fix}"))
         turn = env.max_tokens_per_step or turn_default
         if turn > config.response_length:
             issues.append(_error(f"custom_envs.{tag}.max_tokens_per_step", f"{turn} tokens per turn exceed "

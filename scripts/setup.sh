@@ -12,7 +12,7 @@ want_tests=0
 say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
 
 # --- system packages -------------------------------------------------------------------------
-apt_packages=(redis-server python3-venv)
+apt_packages=(redis-server python3-venv bubblewrap)  # bubblewrap: the local code sandbox
 # tests: Chromium for the browser tests; PostgreSQL's server for the second database pass (a
 # throw-away cluster is started by scripts/test.sh when none answers on 127.0.0.1:5432)
 [ "$want_tests" = 1 ] && apt_packages+=(chromium chromium-driver postgresql)

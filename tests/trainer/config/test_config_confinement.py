@@ -85,6 +85,24 @@ def test_a_symlink_out_of_a_root_is_caught_on_disk(tmp_path: Path) -> None:
     assert "actor_train.data_args.file_name" in refused(config, policy, on_disk=True)
 
 
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_a_sibling_whose_name_extends_a_root_is_outside_it(tmp_path: Path, on_disk: bool) -> None:
+    """/data/models-secret is not inside the read root /data/models, nor runs/70 inside the run dir runs/7."""
+    models, run_dir = tmp_path / "data" / "models", tmp_path / "runs" / "7"
+    for folder in (models, tmp_path / "data" / "models-secret", run_dir, tmp_path / "runs" / "70"):
+        folder.mkdir(parents=True)
+    policy = PathPolicy((str(models),), str(tmp_path), str(run_dir))
+    siblings = config_with(pretrain=str(tmp_path / "data" / "models-secret" / "m"),
+                           actor_train__data_args__file_name=str(tmp_path / "runs" / "70" / "rows.jsonl"),
+                           tracker_kwargs={"log_dir": str(tmp_path / "runs" / "70" / "tb")})
+    answer = refused(siblings, policy, on_disk=on_disk)
+    assert {"pretrain", "actor_train.data_args.file_name", "tracker_kwargs.log_dir"} <= set(answer)
+    inside = config_with(pretrain=str(models / "m"), actor_train__data_args__file_name=str(run_dir / "rows.jsonl"),
+                         tracker_kwargs={"log_dir": str(run_dir / "tb")})
+    assert not {"pretrain", "actor_train.data_args.file_name", "tracker_kwargs.log_dir"} & set(
+        refused(inside, policy, on_disk=on_disk))
+
+
 def test_reserved_environment_variables_are_refused() -> None:
     config = config_with(system_envs={"LD_PRELOAD": "/x.so", "OMP_NUM_THREADS": "1"},
                          actor_train__system_envs={"POLICYLAB_READ_ROOTS": "/"})

@@ -115,3 +115,29 @@ def test_topr_replaces_the_ppo_objective(tmp_path: Path, model, micro) -> None:
     topr = actor_loss(tmp_path, model, micro, "entropy_loss_coef=0", "use_topr_loss=true")
     assert topr != pytest.approx(ppo, abs=1e-6)
 
+
+
+def gradient(model, loss: torch.Tensor) -> torch.Tensor:
+    """∂loss/∂θ over every parameter, flattened (the model's own .grad left empty)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
+                      for g, p in zip(grads, params, strict=True)])
+
+
+@pytest.mark.parametrize("policy_loss", ["ppo", "gspo"])
+def test_without_old_log_probs_the_policy_gradient_is_the_vanilla_one(tmp_path: Path, model, micro,
+                                                                      policy_loss: str) -> None:
+    """One optimizer step on fresh rollouts sends no old log-probs: π_old = π, so the ratio is 1 in value but
+    its gradient is ∇log π. For PPO (token-mean) the gradient is that of −mean_t A_t log π_t; for GSPO it is
+    not zero. A ratio built from the live log-probs on both sides, exp(lp − lp), would give no gradient."""
+    fresh = {k: v for k, v in micro.items() if k != "old_log_probs"}
+    cfg = load_cfg(tmp_path, "entropy_loss_coef=0", f"policy_loss={policy_loss}")
+    loss, _ = loop_actor_loss(cfg, TEMPERATURE, model, fresh)
+    got = gradient(model, loss)
+    assert got.norm() > 1e-3
+    if policy_loss == "ppo":
+        mask = fresh["response_mask"] > 0
+        new = token_logprobs(response_logits(model, fresh, TEMPERATURE), fresh["input_ids"][:, -3:])
+        vanilla = gradient(model, -(fresh["advantages"] * new)[mask].mean())
+        assert torch.allclose(got, vanilla, atol=1e-6)

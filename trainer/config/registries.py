@@ -8,7 +8,8 @@ REWARD_TYPES / SYNTHETIC_TASKS; a test keeps these sets equal to the implementat
 from __future__ import annotations
 
 # Reward functions built into the trainer (trainer.rewards.registry.REWARDS has the same keys).
-REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model", "code_sandbox", "llm_judge")
+REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model", "code_sandbox", "llm_judge",
+                                 "ifeval_rule", "crossthinkqa_rule")
 
 # Judge prompts of the llm_judge reward by name (trainer.rewards.llm_judge.JUDGE_PROMPTS has the same keys):
 # ROLL's prompt_maps name for its reference-match prompt, and the 0-10 scoring prompt ROLL uses when
@@ -48,6 +49,8 @@ ROLL_REWARD_WORKERS: dict[str, str] = {
     "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker": "math_rule",
     "roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker": "code_sandbox",
     "roll.pipeline.rlvr.rewards.llm_judge_reward_worker.LLMJudgeRewardWorker": "llm_judge",
+    "roll.pipeline.rlvr.rewards.ifeval_rule_reward_worker.GeneralRuleRewardWorker": "ifeval_rule",
+    "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": "crossthinkqa_rule",
 }
 
 # ROLL reward worker classes that ROLL documents but we do not implement yet (clear error).
@@ -55,9 +58,11 @@ ROLL_UNSUPPORTED_REWARD_WORKERS: dict[str, str] = {
     "roll.pipeline.rlvr.rewards.general_val_rule_reward_worker.GeneralValRuleRewardWorker": (
         "general rule reward"
     ),
-    "roll.pipeline.rlvr.rewards.ifeval_rule_reward_worker.GeneralRuleRewardWorker": "IFEval rule reward",
-    "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker": (
-        "CrossThinkQA rule reward"
+    "roll.pipeline.rlvr.rewards.detection_reward_worker.DetectionRewardWorker": (
+        "vision-language detection reward (ROLL's VLM RLVR pipeline)"
+    ),
+    "roll.pipeline.rlvr.rewards.video_r1_reward_worker.VideoR1RewardWorker": (
+        "video reward (ROLL's VLM RLVR pipeline)"
     ),
 }
 

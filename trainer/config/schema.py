@@ -1091,10 +1091,11 @@ class RewardWorkerConfig(WorkerConfig):
     reward_kwargs: dict[str, Any] = fld_factory(
         dict, category="Reward processing", description="Arguments passed to the reward function."
     )
-    scoring_mode: Literal["soft", "hard"] | None = fld(
+    scoring_mode: Literal["loose", "soft", "strict"] | None = fld(
         None, category="Reward processing",
-        inactive=import_only("soft/hard scoring belongs to ROLL's IFEval and CrossThinkQA workers"),
-        description="ROLL's `reward_type: soft|hard` (partial or all-or-nothing credit); read from reward_type.",
+        description="crossthinkqa_rule: ROLL's `reward_type: loose|soft|strict`, how a right letter without "
+        "\\boxed{} and a wrong boxed one score (unset: soft, as every ROLL example sets); read from reward_type. "
+        "The other rewards, ROLL's IFEval worker included, have one scoring.",
     )
     code_url: str | None = fld(
         None, category="Reward processing",
@@ -1148,8 +1149,8 @@ class RewardWorkerConfig(WorkerConfig):
     @model_validator(mode="before")
     @classmethod
     def _roll_scoring_mode(cls, data: Any) -> Any:
-        """ROLL's reward_type soft/hard is a scoring mode of its worker_cls, not a reward function."""
-        if isinstance(data, dict) and data.get("reward_type") in ("soft", "hard"):
+        """ROLL's reward_type loose/soft/strict is a scoring mode of its worker_cls, not a reward function."""
+        if isinstance(data, dict) and data.get("reward_type") in ("loose", "soft", "strict"):
             data = {**data, "scoring_mode": data["reward_type"]}
             data.pop("reward_type")
         return data

@@ -16,7 +16,9 @@ from typing import Any
 
 from trainer.data.synthetic import get_task
 from trainer.rewards.code_sandbox import CodeSandboxOptions, code_sandbox_reward
+from trainer.rewards.crossthinkqa import crossthinkqa_rule_reward
 from trainer.rewards.format import DEFAULT_FORMAT_PATTERN, format_reward
+from trainer.rewards.ifeval import ifeval_rule_reward
 from trainer.rewards.llm_judge import LLMJudgeOptions, llm_judge_reward
 from trainer.rewards.math_rule import math_score
 from trainer.rewards.reward_model import score_with_reward_model
@@ -78,6 +80,8 @@ REWARDS: dict[str, Callable[..., list[float]]] = {
     "reward_model": reward_model_reward,
     "code_sandbox": code_sandbox_reward,
     "llm_judge": llm_judge_reward,
+    "ifeval_rule": ifeval_rule_reward,
+    "crossthinkqa_rule": crossthinkqa_rule_reward,
 }
 
 # Rewards whose options are a dataclass: checked (names and values) when the reward is built.

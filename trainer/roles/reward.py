@@ -53,6 +53,8 @@ def build_reward_fn(cfg: PipelineConfig) -> Any:
             kwargs.update(use_local=section.use_local, code_url=section.code_url)
         if reward_type(name, section) == "llm_judge":
             kwargs.update(judge_options(cfg, name, section))
+        if reward_type(name, section) == "crossthinkqa_rule" and section.scoring_mode is not None:
+            kwargs["scoring_mode"] = section.scoring_mode  # ROLL's reward_type soft/loose/strict
         try:
             fn = build_reward(reward_type(name, section), **kwargs)
         except ValueError as exc:

@@ -15,9 +15,9 @@ from trainer.rewards.registry import REWARDS, build_reward
 def test_names_equal_the_config_registry() -> None:
     assert set(REWARDS) == set(REWARD_TYPES)
     with pytest.raises(ValueError,
-                       match=r"reward_type: unknown reward 'crossthinkqa'; valid: code_sandbox, format, llm_judge, "
-                             r"math_rule"):
-        build_reward("crossthinkqa")
+                       match=r"reward_type: unknown reward 'crossthink'; valid: code_sandbox, crossthinkqa_rule, format, "
+                             r"ifeval_rule, llm_judge, math_rule"):
+        build_reward("crossthink")
 
 
 def test_synthetic_dispatches_by_task() -> None:

@@ -420,6 +420,8 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         if parent is None or last not in parent:
             raise ConfigError([ConfigIssue(key, f"override {override!r}: cannot delete, the key is not set")])
         del parent[last]
+        if key.count(".") == 1 and key.startswith("rewards."):
+            _drop_domain(data, last)
         return
     body = text.lstrip("+")
     if "=" not in body:
@@ -432,6 +434,21 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     parent, last = _walk_to_parent(data, key, override, create=True)
     assert parent is not None
     parent[last] = parse_override_value(value)
+
+
+def _drop_domain(data: dict[str, Any], domain: str) -> None:
+    """`~rewards.<domain>` also takes the domain out of actor_train's domain_interleave_probs (ROLL scores a domain's
+    prompts with the reward of that name) and re-normalises the others to sum to 1, keeping their proportions."""
+    args = data.get("actor_train", {}).get("data_args") if isinstance(data.get("actor_train"), dict) else None
+    probs = args.get("domain_interleave_probs") if isinstance(args, dict) else None
+    if not isinstance(probs, dict) or domain not in probs:
+        return
+    rest = {d: p for d, p in probs.items() if d != domain}
+    total = sum(p for p in rest.values() if isinstance(p, (int, float)))
+    if rest and total > 0 and all(isinstance(p, (int, float)) for p in rest.values()):
+        args["domain_interleave_probs"] = {d: p / total for d, p in rest.items()}
+    else:
+        args.pop("domain_interleave_probs")  # no domain left to split a batch between
 
 
 def _check_key(key: str, override: str) -> None:
@@ -728,7 +745,10 @@ def load_raw_with_issues(
     if env_issues:
         raise ConfigError(issues + env_issues)
     bounds.check_resolved_size(merged)
-    resolved = _resolve(merged)
+    try:
+        resolved = _resolve(merged)
+    except ConfigError as exc:  # an interpolation of a skipped defaults file's key: name that file too
+        raise ConfigError(issues + exc.issues) from None
     for key in helper_keys - _kept_top_level_keys():
         resolved.pop(key, None)
     misplaced = misplaced_reference_issues(resolved)

@@ -348,6 +348,9 @@ def _unknown_key_message(loc: Sequence[Any], raw: Mapping[str, Any]) -> str:
             elsewhere = [p.replace("<worker>", role) for p in elsewhere]
         elif role == "rewards" and len(loc) > 2:
             elsewhere = [p.replace("<worker>", f"rewards.{loc[1]}") for p in elsewhere]
+        here = ".".join(str(part) for part in loc[:-1])
+        elsewhere = [p for p in elsewhere if p != here]  # another strategy's section of the same path: not "here"
+    if elsewhere:
         places = " or ".join(elsewhere[:3])
         where = " (<worker> = actor_train, actor_infer, reference, critic or validation)" if "<worker>" in places else ""
         return f"unknown key {key!r} here; it belongs in {places}{where}"

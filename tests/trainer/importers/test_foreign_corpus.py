@@ -4,7 +4,9 @@ from the frameworks' repositories; SOURCES.md names each file's repository, comm
 Each file validates (warnings allowed), or is refused only for values the user must set (`???`, or a value the
 framework itself requires, such as verl's micro-batch size), for engines this build lacks (SGLang) and for
 objectives it does not build (FlowRL's tb_coef, verl's disco loss), each error naming the override that runs the
-file on what is built; with those overrides the file validates. The refusals are in each snapshot. What PolicyLab says about each file is
+file on what is built; with those overrides the file validates. A file whose recipe needs a part PolicyLab does not
+build (a ROLL environment, an engine mode) may stay refused, each such error saying what is not built (issue 43:
+ROLL's current example tree). The refusals are in each snapshot. What PolicyLab says about each file is
 snapshot-tested (`<file>.issues.json` next to it), so a changed warning shows in review; regenerate the
 snapshots with POLICYLAB_UPDATE_SNAPSHOTS=1.
 """
@@ -38,7 +40,9 @@ def sources() -> dict[str, dict[str, str]]:
     return {m["file"]: m.groupdict() for m in rows if m}
 
 
-FILES = sorted(sources())
+FILES = sorted(f for f in sources() if not f.startswith("roll/config/"))  # roll/config/: ROLL's defaults layers
+# What a refusal without an override may say: the file's recipe needs a part PolicyLab does not build.
+NOT_BUILT = ("not built", "not a registered environment", "runs rollout_mode sync only")
 
 
 def fmt_of(name: str) -> str:
@@ -61,9 +65,10 @@ def fixing_overrides(name: str) -> tuple[list[str], ValidationResult]:
     for _ in range(4):
         if result.ok:
             break
-        named = [OVERRIDE.search(issue.message) for issue in result.errors]
-        assert all(named), f"{name}: refused for a reason that names no override: {[str(i) for i in result.errors]}"
-        overrides += [m.group(1) for m in named if m]
+        named = [m.group(1) for m in (OVERRIDE.search(issue.message) for issue in result.errors) if m]
+        if not named or any(o in overrides for o in named):
+            break
+        overrides += named
         result = check(name, overrides)
     return overrides, result
 
@@ -76,15 +81,16 @@ def snapshot(name: str, result: ValidationResult, overrides: list[str]) -> dict:
         "format": fmt_of(name),
         "release_family": family,
         "refused_for": [f"{i.path}: {i.message}" for i in check(name).errors],
-        "overrides_that_validate": overrides,
+        "overrides_that_validate": overrides if result.ok else None,
+        "refused_after_overrides": [f"{i.path}: {i.message}" for i in result.errors],
         "warnings": [f"{i.path}: {i.message}" for i in result.warnings],
     }
 
 
 def test_every_corpus_file_has_a_source_row_and_every_row_a_file() -> None:
     on_disk = {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*.yaml")}
-    assert on_disk == set(FILES)
-    assert len(FILES) >= 40, f"the corpus holds {len(FILES)} files"
+    assert on_disk == set(sources())
+    assert len(FILES) >= 120, f"the corpus holds {len(FILES)} files"
     for row in sources().values():
         assert row["repo"] in ("volcengine/verl", "NovaSky-AI/SkyRL", "RLinf/RLinf", "alibaba/ROLL"), row
 
@@ -94,7 +100,9 @@ def test_corpus_file_validates_or_names_the_overrides(name: str) -> None:
     """Read as its own format; refused only for values to set and engines to swap, each naming its override; with
     those overrides it validates. What it says is the committed snapshot."""
     overrides, result = fixing_overrides(name)
-    assert result.ok, f"{name} with {overrides}: {[str(i) for i in result.errors]}"
+    unnamed = [str(i) for i in result.errors if not OVERRIDE.search(i.message)]
+    assert result.ok or all(any(n in e for n in NOT_BUILT) for e in unnamed), \
+        f"{name} with {overrides}: refused for a reason that names neither an override nor what is not built: {unnamed}"
     assert result.source_format == fmt_of(name)
     assert not [w for w in result.warnings if w.path.startswith("<")], result.warnings
     got = snapshot(name, result, overrides)
@@ -118,7 +126,11 @@ def test_a_new_key_in_a_foreign_file_is_a_warning(name: str) -> None:
         assert any(w.path == key and "not used by PolicyLab" in w.message for w in result.warnings), key
 
 
-@pytest.mark.parametrize("name", [f for f in FILES if fmt_of(f) == "roll"])
+# one file of each ROLL folder: the typo rule is the same for all, the folders differ in pipeline and engines
+ROLL_SAMPLES = sorted({f.rsplit("/", 1)[0]: f for f in reversed(FILES) if fmt_of(f) == "roll"}.values())
+
+
+@pytest.mark.parametrize("name", ROLL_SAMPLES)
 @pytest.mark.parametrize(("typo", "meant"), [("actor_train.training_args.learning_rat", "learning_rate"),
                                              ("rollout_batch_sise", "rollout_batch_size")])
 def test_a_typo_in_a_native_roll_file_is_an_error(name: str, typo: str, meant: str) -> None:

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "platform")]
@@ -102,6 +103,12 @@ def producer_process(run_id: str, redis_url: str, jsonl: Path, steps: int, keys:
     return subprocess.Popen(argv, cwd=REPO_ROOT)
 
 
+def origin_of(ws_url: str) -> str:
+    """The Origin a browser on the page of `ws_url` sends: scheme, host and port (the server checks all three)."""
+    parts = urlsplit(ws_url)
+    return f"{'https' if parts.scheme == 'wss' else 'http'}://{parts.netloc}"
+
+
 async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeout: float) -> list[tuple[float, float, int]]:
     """Connect, then call `produce` (starts the producer process) and collect (receipt time, emit
     time, points) per metrics event."""
@@ -109,7 +116,7 @@ async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeo
 
     got: list[tuple[float, float, int]] = []
     async with aiohttp.ClientSession() as session, session.ws_connect(
-        ws_url, headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}, max_msg_size=0
+        ws_url, headers={"Cookie": cookie, "Origin": origin_of(ws_url)}, max_msg_size=0
     ) as ws:
         while "seq" not in json.loads((await ws.receive()).data):  # snapshot frames
             pass
@@ -135,8 +142,8 @@ async def receive(ws_url: str, cookie: str, expected_events: int, produce, timeo
 def run_mlflow(python: Path, points: int, keys: int, work: Path) -> dict | None:
     mlflow = python.parent / "mlflow"
     if not mlflow.exists():
-        print(f"MLflow: {mlflow} not found; create it with: python -m venv var/mlflow-venv && "
-              "var/mlflow-venv/bin/pip install -r bench/requirements-mlflow.txt")
+        print(f"peer skipped: MLflow ({mlflow} not found; create it with: python -m venv var/mlflow-venv && "
+              "var/mlflow-venv/bin/pip install -r bench/requirements-mlflow.txt)")
         return None
     port = free_port()
     server = spawn([str(mlflow), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
@@ -165,7 +172,10 @@ def main() -> None:
     parser.add_argument("--paced-seconds", type=float, default=10.0)
     parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
     parser.add_argument("--mlflow-python", type=Path, default=REPO_ROOT / "var" / "mlflow-venv" / "bin" / "python")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds): every server and socket, for CI")
     args = parser.parse_args()
+    if args.smoke:
+        args.points, args.paced_rate, args.paced_seconds = 2_000, 2_000, 1.0
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below on `timeout`/kill
     work = Path(tempfile.mkdtemp(prefix="policylab-bench-"))

@@ -9,8 +9,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from policylab.accounts.models import ApiToken
+from policylab.accounts.services import create_api_token
 from policylab.experiments.models import Run, RunStatus
 from policylab.tracking.models import Checkpoint
+from tests.platform.conftest import make_member, token_client
 
 pytestmark = pytest.mark.django_db
 
@@ -64,6 +66,28 @@ def test_tokens_are_shown_once_stored_hashed_listed_and_revoked(alice, team_a):
     assert wrong.get("/api/experiments/").status_code == 401
     assert APIClient().get("/api/experiments/").status_code in (401, 403)
 
+
+
+@pytest.mark.parametrize("by", ["session", "token"])
+def test_a_team_mates_token_is_neither_shown_nor_revoked(alice, team_a, by):
+    """Tokens belong to their owner: another member of the same team gets 404 for a team-mate's token,
+    cannot revoke it, does not see it listed, and the token goes on working."""
+    carol = make_member("carol", team_a)
+    theirs = create_api_token(carol, team_a, "carol-ci")
+    if by == "token":
+        session = token_client(alice, team_a)
+    else:
+        session = APIClient()
+        session.force_login(alice)
+    assert session.get(f"/api/tokens/{theirs.token.pk}/").status_code == 404
+    assert session.delete(f"/api/tokens/{theirs.token.pk}/").status_code == 404
+    assert theirs.token.pk not in [t["id"] for t in session.get("/api/tokens/").json()["results"]]
+    theirs.token.refresh_from_db()
+    assert theirs.token.revoked_at is None
+    owner = APIClient()
+    owner.credentials(HTTP_AUTHORIZATION=f"Bearer {theirs.secret}")
+    assert owner.get("/api/experiments/").status_code == 200
+    assert owner.get(f"/api/tokens/{theirs.token.pk}/").json()["name"] == "carol-ci"
 
 def test_list_filters(api_alice, alice, team_a, make_experiment):
     first, second = make_experiment(alice, team_a, "one"), make_experiment(alice, team_a, "two")

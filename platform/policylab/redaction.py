@@ -13,6 +13,10 @@ URL, with its password when REDIS_URL has one) and the deployment's absolute pat
   (tracebacks and stall stacks name `…/site-packages/ray/…` and the interpreter's home otherwise). Applied where log lines and validation errors are shown (stored log lines
   keep their paths), and where a run's message is written (experiments.run_state: its one writer).
 - `path_in_run`: a path field (a checkpoint's folder) relative to the run directory.
+- `shown_config` / `shown_config_text`: a config (tree, YAML text or an override) with the plain value of every
+  credential-looking key (judge_api_key, tracker_kwargs.api_key, …) shown as `<redacted>`; a team secret's
+  `${secret:NAME}` is shown as written (trainer.config.secrets). Applied wherever a config is shown or
+  exported (the experiment page, the experiments and runs API, compare); only the trainer reads it whole.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ import site
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
+
+from trainer.config.secrets import redact_config, redact_config_text
 
 REDACTED = "***"
 # scheme://user:password@host — bounded repetition keeps the search linear on any input
@@ -99,3 +106,13 @@ def path_in_run(path: str, run_dir: Path | str) -> str:
         if normal == root or normal.startswith(root + os.sep):
             return os.path.relpath(normal, root)
     return shown_text(path, run_dir)
+
+
+def shown_config(config: Any) -> Any:
+    """A config tree as users see it (see the module docstring)."""
+    return redact_config(config)
+
+
+def shown_config_text(text: str) -> str:
+    """Config text (YAML, an override) as users see it (see the module docstring)."""
+    return redact_config_text(text)

@@ -49,6 +49,11 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or persistent_secret_key(
     Path(os.environ.get("POLICYLAB_SECRET_KEY_FILE", VAR_DIR / "secret_key"))
 )
+# Team secrets (accounts.team_secrets) are encrypted at rest with this key, kept apart from SECRET_KEY (rotating
+# that one must not lose them). POLICYLAB_SECRETS_KEY may list several, comma-separated: the first encrypts,
+# each one decrypts (rotation). The embedded default makes one and keeps it in var/ like SECRET_KEY.
+POLICYLAB_SECRETS_KEYS = [key.strip() for key in (os.environ.get("POLICYLAB_SECRETS_KEY") or persistent_secret_key(
+    Path(os.environ.get("POLICYLAB_SECRETS_KEY_FILE", VAR_DIR / "secrets_key")))).split(",") if key.strip()]
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 

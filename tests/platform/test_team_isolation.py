@@ -12,6 +12,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
+from policylab.accounts.models import Team
 from policylab.accounts.services import create_api_token
 from policylab.experiments import services
 from policylab.experiments.models import Run, RunStatus
@@ -42,6 +43,13 @@ def fill(route: str, value: int) -> str:
 
 
 @pytest.fixture
+def team_a(db) -> Team:
+    """Team A under an id no object of team B has: team routes (/api/teams/<team_id>/secrets/) take a team's id,
+    and team A's own id is A's to see."""
+    return Team.objects.create(pk=999_999, name="Team A", slug="team-a")
+
+
+@pytest.fixture
 def team_b_objects(bob, team_b, make_experiment):
     """One object of every kind in team B; team A has none, so an id can only name B's object."""
     experiment = make_experiment(bob, team_b)
@@ -61,7 +69,7 @@ def team_b_objects(bob, team_b, make_experiment):
                               kind="timeline", format="chrome_trace_gz", seq=2, time=timezone.now())
     return {
         "project": experiment.project.pk, "experiment": experiment.pk, "run": run.pk,
-        "checkpoint": checkpoint.pk, "token": token.pk, "sample": sample.pk,
+        "checkpoint": checkpoint.pk, "token": token.pk, "sample": sample.pk, "team": team_b.pk,
     }
 
 

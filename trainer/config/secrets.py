@@ -34,7 +34,7 @@ SECRET_FIELDS = ("judge_api_key",)
 # Keys whose plain value is a credential: judge_api_key, tracker_kwargs' api_key / token / password, …
 # (not pad_token / eos_token: a tokenizer's special tokens are not credentials).
 _CREDENTIAL = r"api_?key|api_?token|access_token|auth_token|hf_token|password|passwd|secret_key|access_key|private_key"
-SECRET_KEY = re.compile(rf"(?:^|_)(?:{_CREDENTIAL})$|^(?:token|secret)$", re.IGNORECASE)
+SECRET_KEY = re.compile(rf"(?:^|[_.])(?:{_CREDENTIAL})$|(?:^|\.)(?:token|secret)$", re.IGNORECASE)  # a.b.key too
 REDACTED = "<redacted>"
 
 
@@ -60,6 +60,14 @@ def keep_reference(name: Any) -> str:
 def referenced_names(tree: Any) -> set[str]:
     """The names of every `${secret:NAME}` in a config tree (dict, list or text)."""
     return {match.group(1) for text in _strings(tree) for match in REFERENCE.finditer(text)}
+
+
+def referenced_fields(tree: Any, path: str = "") -> list[tuple[str, str]]:
+    """(field path, secret name) of every `${secret:NAME}` in a config tree, in the tree's order."""
+    if isinstance(tree, Mapping | list):
+        items = tree.items() if isinstance(tree, Mapping) else enumerate(tree)
+        return [found for key, value in items for found in referenced_fields(value, f"{path}.{key}" if path else str(key))]
+    return [(path, m.group(1)) for m in REFERENCE.finditer(tree)] if isinstance(tree, str) else []
 
 
 def is_secret_key(key: str) -> bool:
@@ -129,14 +137,17 @@ def plain_secret_issues(tree: Any, path: str = "") -> list[ConfigIssue]:
 
 
 def misplaced_reference_issues(tree: Any, path: str = "") -> list[ConfigIssue]:
-    """An error for each `${secret:…}` outside SECRET_FIELDS (it would reach the run as its literal text), and
-    for a reference that is not the field's whole value."""
+    """An error for each `${secret:…}` outside SECRET_FIELDS (it would reach the run as its literal text), for a
+    reference that is not the field's whole value, and for a REDACTED copied from a shown config."""
     issues: list[ConfigIssue] = []
     items = tree.items() if isinstance(tree, Mapping) else enumerate(tree) if isinstance(tree, list) else ()
     for key, value in items:
         here = f"{path}.{key}" if path else str(key)
         if isinstance(value, Mapping | list):
             issues += misplaced_reference_issues(value, here)
+        elif value == REDACTED and is_secret_key(str(key)):
+            issues.append(ConfigIssue(here, f"{REDACTED} stands for a credential hidden from view, not a value; write "
+                                            "${secret:NAME} with a secret of your team"))
         elif isinstance(value, str) and _ANY_REFERENCE.search(value):
             if key not in SECRET_FIELDS:
                 issues.append(ConfigIssue(here, f"${{secret:…}} is resolved in {', '.join(SECRET_FIELDS)} only; "

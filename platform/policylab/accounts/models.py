@@ -62,3 +62,27 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class TeamSecret(models.Model):
+    """A named credential of a team (a judge API key), referenced from configs as `${secret:NAME}`.
+
+    Only `ciphertext` holds the value, encrypted with the deployment's POLICYLAB_SECRETS_KEY
+    (accounts.team_secrets); no page or API reads it back. See docs/decisions/0044-team-secrets.md."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=50)
+    ciphertext = models.TextField(help_text="Fernet token of the value")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="unique_secret_name_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.name}"

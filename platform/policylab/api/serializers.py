@@ -7,9 +7,10 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from policylab.accounts.models import ApiToken, Team
+from policylab.accounts.models import ApiToken, Team, TeamSecret
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
+from policylab.redaction import shown_config, shown_config_text
 from policylab.tracking.selectors import attempt_records, run_profiles, run_stalls
 
 
@@ -131,6 +132,11 @@ class RunSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, run: Run) -> dict:
+        data = super().to_representation(run)
+        data["overrides"] = [shown_config_text(str(o)) for o in data.get("overrides") or []]
+        return data
+
     def get_dashboard_url(self, run: Run) -> str:
         return reverse("tracking:run_detail", args=[run.pk])
 
@@ -216,6 +222,11 @@ class ExperimentSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, experiment: Experiment) -> dict:
+        data = super().to_representation(experiment)
+        data["config"], data["config_yaml"] = shown_config(data["config"]), shown_config_text(data["config_yaml"])
+        return data
+
 
 class ExperimentCreateSerializer(serializers.Serializer):
     project = serializers.IntegerField(help_text="Id of a project of one of your teams (GET /api/projects/)")
@@ -284,3 +295,30 @@ class IssuedTokenSerializer(ApiTokenSerializer):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
         read_only_fields = fields
 
+
+
+class TeamSecretSerializer(serializers.ModelSerializer):
+    """A team secret as listed: its name, who set it and when; never its value."""
+
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    reference = serializers.SerializerMethodField(help_text="What a config writes to use it")
+
+    class Meta:
+        model = TeamSecret
+        fields = ["name", "reference", "created_by", "created_at", "updated_by", "updated_at"]
+        read_only_fields = fields
+
+    def get_reference(self, secret: TeamSecret) -> str:
+        return "${secret:" + secret.name + "}"
+
+
+class TeamSecretCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=50, help_text="Letters, digits and _ (e.g. JUDGE_API_KEY)")
+    value = serializers.CharField(write_only=True, trim_whitespace=False, style={"input_type": "password"},
+                                  help_text="Stored encrypted; never shown again")
+
+
+class TeamSecretValueSerializer(serializers.Serializer):
+    value = serializers.CharField(write_only=True, trim_whitespace=False, style={"input_type": "password"},
+                                  help_text="The new value; stored encrypted, never shown again")

@@ -26,6 +26,8 @@ urlpatterns = [
     path("configs/validate/", views.ConfigValidate.as_view(), name="config-validate"),
     path("tokens/", views.TokenList.as_view(), name="token-list"),
     path("tokens/<int:pk>/", views.TokenDetail.as_view(), name="token-detail"),
+    path("teams/<int:team_id>/secrets/", views.TeamSecretList.as_view(), name="team-secret-list"),
+    path("teams/<int:team_id>/secrets/<str:name>/", views.TeamSecretDetail.as_view(), name="team-secret-detail"),
 ]
 
 # The REST endpoints of a run's tracking data. policylab.urls serves them beside tracking's pages, in the

@@ -6,12 +6,15 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from policylab.accounts.models import ApiToken
+from policylab.accounts import team_secrets
+from policylab.accounts.models import ApiToken, Team
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.accounts.services import create_api_token, revoke_api_token
+from policylab.accounts.team_secrets import SecretError
 from policylab.api import serializers as s
 from policylab.experiments import selectors, services
 from policylab.experiments.config_editor import validation_payload
@@ -313,4 +316,73 @@ class TokenDetail(generics.RetrieveDestroyAPIView):
     @extend_schema(responses={204: None, 404: NOT_FOUND}, description="Revoke the token (it stops working at once).")
     def delete(self, request, *args, **kwargs):
         revoke_api_token(self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def member_team(request, team_id: int) -> Team:
+    """One of the user's teams (another team's is a 404, as everywhere)."""
+    return get_object_or_404(teams_of(request.user), pk=team_id)
+
+
+def secret_failed(error: SecretError) -> services.ValidationFailed:
+    return invalid(error.field, str(error))
+
+
+class TeamSecretList(generics.ListAPIView):
+    """A team's secrets: names, who set them and when (every member, viewers included); never a value."""
+
+    serializer_class = s.TeamSecretSerializer
+    pagination_class = None
+
+    def get_queryset(self):
+        return team_secrets.secrets_of(member_team(self.request, self.kwargs["team_id"]))
+
+    @extend_schema(request=s.TeamSecretCreateSerializer,
+                   responses={201: s.TeamSecretSerializer, 400: BAD_REQUEST, 403: FORBIDDEN, 404: NOT_FOUND},
+                   description="Store a secret (admins); a config uses it as ${secret:NAME}. An existing name is "
+                               "replaced (200).")
+    def post(self, request, team_id: int):
+        team = member_team(request, team_id)
+        body = s.TeamSecretCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            secret, created = team_secrets.set_secret(team=team, name=body.validated_data["name"],
+                                                      value=body.validated_data["value"], user=request.user)
+        except SecretError as error:
+            raise secret_failed(error) from None
+        return Response(s.TeamSecretSerializer(secret).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class TeamSecretDetail(generics.RetrieveAPIView):
+    """One secret by name: listed (GET), set or replaced (PUT), deleted (DELETE); the last two need an admin,
+    checked before the name is looked up."""
+
+    serializer_class = s.TeamSecretSerializer
+    lookup_field = "name"
+
+    def get_queryset(self):
+        return team_secrets.secrets_of(member_team(self.request, self.kwargs["team_id"]))
+
+    @extend_schema(request=s.TeamSecretValueSerializer,
+                   responses={200: s.TeamSecretSerializer, 201: s.TeamSecretSerializer, 400: BAD_REQUEST,
+                              403: FORBIDDEN, 404: NOT_FOUND},
+                   description="Set the secret's value (admins): 201 when new, 200 when replaced.")
+    def put(self, request, team_id: int, name: str):
+        team = member_team(request, team_id)
+        body = s.TeamSecretValueSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            secret, created = team_secrets.set_secret(team=team, name=name, value=body.validated_data["value"],
+                                                      user=request.user)
+        except SecretError as error:
+            raise secret_failed(error) from None
+        return Response(s.TeamSecretSerializer(secret).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(responses={204: None, 403: FORBIDDEN, 404: NOT_FOUND},
+                   description="Delete the secret (admins); runs that name it can no longer start.")
+    def delete(self, request, team_id: int, name: str):
+        if not team_secrets.delete_secret(team=member_team(request, team_id), name=name, user=request.user):
+            raise NotFound(f"team has no secret named {name[:60]!r}")
         return Response(status=status.HTTP_204_NO_CONTENT)

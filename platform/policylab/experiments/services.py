@@ -23,6 +23,7 @@ from django.db.models import Q
 
 from policylab.accounts.models import Team
 from policylab.accounts.scoping import require_admin, require_write
+from policylab.accounts.team_secrets import missing_names
 from policylab.experiments import statuses
 from policylab.experiments.flat_config import effective_config
 from policylab.experiments.models import Experiment, Project, Run
@@ -42,6 +43,7 @@ from trainer.config import (
 from trainer.config.confinement import check_confinement, rebase_paths
 from trainer.config.importers import detect_format
 from trainer.config.preflight import preflight
+from trainer.config.secrets import referenced_fields
 
 LATEST = "latest"
 
@@ -238,12 +240,22 @@ def launch_run(experiment: Experiment, user, overrides: Sequence[str] | Mapping[
     team = experiment.project.team
     require_write(user, team)
     dotlist = normalise_overrides(overrides)
-    check_config(experiment.config, dotlist)
+    result = check_config(experiment.config, dotlist)
+    check_secrets_exist(team, result)
     with transaction.atomic():
         take_run_slot(team)
         run = Run.objects.create(experiment=experiment, created_by=user, overrides=dotlist)
         send_on_commit(run_queued, run.pk)  # jobs enqueues its supervision once the transaction commits
     return run
+
+
+def check_secrets_exist(team: Team, result: ValidationResult) -> None:
+    """Raise ValidationFailed, naming the field, the secret and the team's secrets, when the config references a
+    `${secret:NAME}` the team does not have (the supervisor checks again when the trainer starts)."""
+    fields = referenced_fields(result.config.model_dump(mode="json")) if result.config is not None else []
+    problems = [issue(path, problem) for path, name in fields if (problem := missing_names(team, [name]))]
+    if problems:
+        raise ValidationFailed(problems, result.warnings)
 
 
 def take_run_slot(team: Team) -> None:

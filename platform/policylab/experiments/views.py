@@ -29,6 +29,7 @@ from policylab.experiments.config_editor import (
     validation_payload,
 )
 from policylab.experiments.models import Run
+from policylab.redaction import shown_config_text
 from trainer.config import validate_config
 
 DEMO_CONFIG = Path(settings.REPO_ROOT) / "examples" / "demo_grpo_cpu.yaml"
@@ -192,6 +193,8 @@ def render_experiment(request: HttpRequest, experiment, *, overrides: str = "", 
         "experiments/experiment_detail.html",
         {
             "experiment": experiment,
+            "config_yaml": shown_config_text(experiment.config_yaml),
+            "source_text": shown_config_text(experiment.source_text),
             "runs": [(run, run_page_url(run)) for run in runs],
             "can_write": can_write(request.user, experiment.project.team),
             "overrides": overrides,

@@ -13,10 +13,12 @@ is recorded here, after the job's output is stored: the state machine is experim
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from policylab.accounts.team_secrets import SecretError, values_for_run
 from policylab.experiments.models import Run, RunAttempt
 from policylab.experiments.paths import path_policy
 from policylab.experiments.run_state import write_run_state
@@ -67,6 +70,7 @@ from trainer.config.confinement import (
     rebase_paths,
 )
 from trainer.config.loading import ENV_ALLOW_VAR
+from trainer.config.secrets import RUN_SECRETS_VAR, referenced_names
 from trainer.telemetry.redis_stream import stream_key
 
 log = logging.getLogger(__name__)
@@ -140,9 +144,10 @@ def write_config(run: Run, config: dict[str, Any]) -> Path:
     return path
 
 
-def runtime_env() -> dict[str, Any]:
+def runtime_env(secrets: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Ray runtime_env of the trainer job. On the embedded cluster the repo is on the same disk, so
-    PYTHONPATH points at it instead of uploading a working_dir."""
+    PYTHONPATH points at it instead of uploading a working_dir. `secrets`: the team secrets the config names,
+    for the trainer alone (trainer.config.secrets; never in the run's config, events or logs)."""
     env_vars = {
         "TOKENIZERS_PARALLELISM": "false",
         # the trainer checks the config's paths again once `${oc.env:…}` is substituted
@@ -153,7 +158,16 @@ def runtime_env() -> dict[str, Any]:
     }
     if settings.POLICYLAB_TRAINER_PYTHONPATH:
         env_vars["PYTHONPATH"] = str(settings.POLICYLAB_TRAINER_PYTHONPATH)
+    if secrets:
+        env_vars[RUN_SECRETS_VAR] = json.dumps(dict(secrets))
     return {"env_vars": env_vars}
+
+
+def without_values(text: str, secrets: Mapping[str, str]) -> str:
+    """`text` (Ray's answer to a submission, which may quote the runtime_env) without the secrets' values."""
+    for name, value in secrets.items():
+        text = text.replace(value, f"<secret {name}>")
+    return text
 
 
 class RaySession:
@@ -277,7 +291,8 @@ def submit_attempt(run: Run, attempt: RunAttempt, ray: RaySession) -> None:
     resume = resume_for_attempt(launch.launch_resume_from, launch.retry, has_checkpoint(run.run_dir))
     try:
         config = checked_run_config(run, resume)
-    except ConfigError as error:
+        secrets = values_for_run(run.experiment.project.team, referenced_names(config))
+    except (ConfigError, SecretError) as error:
         raise InvalidRunConfig(f"the run's config does not load: {error}") from error
     job_id = submission_id(database_token(), run.pk, attempt.number)
     if attempt.number == 1 and ray_jobs.job_state(ray.client(), job_id).status == ray_jobs.MISSING:
@@ -288,12 +303,12 @@ def submit_attempt(run: Run, attempt: RunAttempt, ray: RaySession) -> None:
         settings.POLICYLAB_TRAINER_ARGS,
     )
     try:
-        submitted = ray_jobs.submit(ray.client(), job_id, entrypoint, runtime_env(),
+        submitted = ray_jobs.submit(ray.client(), job_id, entrypoint, runtime_env(secrets),
                                     metadata={"policylab_run": str(run.pk), "policylab_attempt": str(attempt.number)})
     except RuntimeError as error:
         if isinstance(error, RayUnavailable):
             raise
-        raise SubmitFailed(f"Ray refused job {job_id}: {error}") from error
+        raise SubmitFailed(f"Ray refused job {job_id}: {without_values(str(error), secrets)}") from None
     log.info("run %s attempt %s: %s Ray job %s", run.pk, attempt.number,
              "submitted" if submitted else "found existing", job_id)
     with transaction.atomic():

@@ -16,6 +16,7 @@ from policylab.experiments.flat_config import effective_config
 from policylab.experiments.models import RunStatus
 from policylab.experiments.selectors import runs_for
 from policylab.ids import parse_id
+from policylab.redaction import shown_config
 from policylab.tracking import selectors
 from policylab.tracking.compare import config_diff, environment_diff
 from policylab.tracking.panels import ASYNC_CHARTS, ASYNC_PREFIX
@@ -158,7 +159,7 @@ def compare(request: HttpRequest) -> HttpResponse:
         return redirect(f"{reverse('tracking:compare')}?runs={','.join(map(str, ids))}{rest}")
     runs = list(runs_for(request.user).filter(pk__in=ids).select_related("experiment"))
     runs.sort(key=lambda r: ids.index(r.pk))
-    configs = [effective_config(r.experiment.config, r.overrides) for r in runs]
+    configs = [shown_config(effective_config(r.experiment.config, r.overrides)) for r in runs]
     candidates = selectors.history_runs(request.user).exclude(pk__in=ids)[:MAX_COMPARE_CHOICES]
     return render(
         request,

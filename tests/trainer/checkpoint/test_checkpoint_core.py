@@ -53,6 +53,18 @@ def test_retention_keeps_newest(tmp_path: Path) -> None:
     assert core.checkpoint_size(tmp_path / "checkpoints" / "step_4") > 0
 
 
+
+def test_checkpoints_are_ordered_by_step_number_not_folder_name(tmp_path: Path) -> None:
+    """step_10 is newer than step_9 (as text it sorts first): latest resumes step_10, retention deletes
+    the oldest steps and keeps step_10."""
+    for step in (8, 9, 10):
+        save(tmp_path, step)
+    root = tmp_path / "checkpoints"
+    assert [s for s, _ in core.list_checkpoints(root)] == [8, 9, 10]
+    assert core.resolve_resume_path("latest", root) == root / "step_10"
+    assert [p.name for p in core.enforce_retention(root, 2)] == ["step_8"]
+    assert sorted(p.name for p in root.iterdir()) == ["step_10", "step_9"]
+
 def test_rng_state_roundtrip() -> None:
     state = core.get_rng_state()
     first = (random.random(), torch.rand(3))

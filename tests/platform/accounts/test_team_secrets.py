@@ -1,4 +1,4 @@
-"""Team secrets (issue 41, decision 0044): admins set, replace and delete them; every member lists the names;
+"""Team secrets (issue 41, decision 0045): admins set, replace and delete them; every member lists the names;
 no API response, page or export shows a value; the database holds only ciphertext; another team sees nothing;
 a run that names one gets it at start, and only there."""
 

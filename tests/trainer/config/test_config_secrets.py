@@ -1,4 +1,4 @@
-"""Team secrets in a config (issue 41, decision 0044): `${secret:NAME}` stays a reference in every copy of a
+"""Team secrets in a config (issue 41, decision 0045): `${secret:NAME}` stays a reference in every copy of a
 config and is resolved only where a field is used, from what the platform passed the trainer; credentials
 written in plain text are shown redacted and warned about."""
 

@@ -1,4 +1,4 @@
-"""A run whose judge key is a team secret (issue 41, decision 0044): the config says `${secret:JUDGE_KEY}`, the
+"""A run whose judge key is a team secret (issue 41, decision 0045): the config says `${secret:JUDGE_KEY}`, the
 platform passes the value in RUN_SECRETS_VAR, and the judge server receives it; the run directory (events,
 logs, the fingerprint) holds only the reference."""
 

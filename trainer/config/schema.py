@@ -1115,7 +1115,8 @@ class RewardWorkerConfig(WorkerConfig):
     judge_model_type: Literal["api", "inference"] | None = fld(
         None, category="Reward processing",
         description="llm_judge: api calls an OpenAI-compatible judge_api_url (POST …/chat/completions); inference "
-        "generates the judgment with this reward section's own model (model_args, generating_args, hf_infer).",
+        "generates the judgment with this reward section's own model (model_args, generating_args) on its "
+        "strategy: hf_infer, or vllm with its strategy_config.",
     )
     judge_model_name: str | None = fld(None, category="Reward processing",
                                        description="llm_judge (api): the model name sent with each judge request.")

@@ -482,10 +482,10 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
                                       kind="not_built"))
         judge_strategy = strategy_name(f"rewards.{name}", reward)
         is_judge = "llm_judge" in (reward.reward_type, ROLL_REWARD_WORKERS.get(reward.worker_cls or ""))
-        if is_judge and reward.judge_model_type == "inference" and judge_strategy != "hf_infer":
+        if is_judge and reward.judge_model_type == "inference" and judge_strategy not in ("hf_infer", "vllm"):
             issues.append(ConfigIssue(f"rewards.{name}.strategy_args.strategy_name", f"an inference judge on "
-                                      f"{judge_strategy} {NOT_BUILT}; valid: hf_infer (or judge_model_type: api "
-                                      "with a vLLM OpenAI server)", kind="not_built"))
+                                      f"{judge_strategy} {NOT_BUILT}; valid: hf_infer, vllm (or judge_model_type: "
+                                      "api with a vLLM OpenAI server)", kind="not_built"))
     variant = config.actor_train.pg_variant
     if variant is not None and variant not in PG_VARIANTS_BUILT:
         issues.append(ConfigIssue("actor_train.pg_variant", f"{variant!r} {NOT_BUILT}; valid: "

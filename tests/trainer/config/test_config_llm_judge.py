@@ -68,10 +68,13 @@ def test_an_unknown_mode_is_refused() -> None:
     assert "api" in error.message and "inference" in error.message
 
 
-def test_an_inference_judge_on_vllm_is_not_built() -> None:
+def test_an_inference_judge_runs_on_hf_infer_or_vllm_only() -> None:
     result = validate_config(changed({"rewards.judge": {**INFERENCE, "strategy_args": {"strategy_name": "vllm"}}}))
+    assert not [i for i in result.errors if i.path.startswith("rewards.judge")]  # decision 0044
+    result = validate_config(changed({"rewards.judge": {**INFERENCE,
+                                                        "strategy_args": {"strategy_name": "deepspeed_infer"}}}))
     [error] = [i for i in result.errors if i.path == "rewards.judge.strategy_args.strategy_name"]
-    assert error.kind == "not_built" and "valid: hf_infer" in error.message
+    assert error.kind == "not_built" and "valid: hf_infer, vllm" in error.message
 
 
 def test_judge_fields_elsewhere_have_no_effect() -> None:

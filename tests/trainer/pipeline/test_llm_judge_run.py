@@ -118,6 +118,10 @@ def test_the_tracker_never_sees_the_key(tmp_path: Path, monkeypatch: pytest.Monk
 # -- inference: the section's own model ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def score_7_judge(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_score_7_judge(tmp_path_factory.mktemp("judge"))
+
+
+def build_score_7_judge(out_dir: Path, size: str = "tiny") -> Path:
     """A tiny Qwen2 that answers any chat prompt with "Score: 7" (greedy), the judgment the inference run must
     read as ROLL's 7/10. Built, not trained (training on ~600-token judge prompts costs minutes here): every
     layer's attention and MLP output projections are zero, so a position's last hidden state is its own token's
@@ -131,7 +135,7 @@ def score_7_judge(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from trainer.models.loading import load_tokenizer
     from trainer.models.tiny import build_tiny_model
 
-    path = build_tiny_model(tmp_path_factory.mktemp("judge"), seed=5)
+    path = build_tiny_model(out_dir, size=size, seed=5)
     tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     chain = [*tokenizer("\nScore: 7", add_special_tokens=False)["input_ids"],

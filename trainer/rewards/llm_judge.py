@@ -21,25 +21,30 @@ Score of a judgment (ROLL's `_parse_score`), `parse_judge_score`:
     else                                      ->  None (scored 0.0 and counted, as ROLL scores it)
 
 Two ways to get the judgment (`judge_model_type`): `api` POSTs `{model, messages}` to an OpenAI-compatible
-`<judge_api_url>/chat/completions` (standard library, `Authorization: Bearer <judge_api_key>` when a key is
-set) and reads `choices[0].message.content`; `inference` hands the conversations to a local generator built
+`<judge_api_url>/chat/completions` (through trainer.config.outbound's policy, `Authorization: Bearer
+<judge_api_key>` when a key is set) and reads `choices[0].message.content`; `inference` hands the conversations to a local generator built
 by the reward role from the section's own model (trainer.roles.reward). The key never appears in a message,
 a log line or an error: error texts that could echo it are redacted.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.config.outbound import (
+    OutboundFailed,
+    OutboundRefused,
+    Resolver,
+    post_json,
+    precheck,
+    system_resolver,
+)
 from trainer.config.secrets import resolve_secrets
 
 logger = logging.getLogger(__name__)
@@ -181,44 +186,36 @@ def _reply_content(answer: Any) -> str | None:
 
 
 def call_judge_api(url: str, model: str, messages: Messages, *, api_key: str | None, timeout_s: float,
-                   tries: int, retry_wait_s: float, extra: dict[str, Any] | None = None) -> str:
+                   tries: int, retry_wait_s: float, extra: dict[str, Any] | None = None,
+                   resolver: Resolver = system_resolver) -> str:
     """The judge's reply to one conversation from an OpenAI-compatible chat-completions endpoint.
 
-    Retried (up to `tries` requests, waiting retry_wait_s × attempt between them): no connection, a timeout,
-    HTTP 408 / 429 / 5xx, a reply that is not JSON or holds no content (ROLL retries an empty reply). Any
-    other HTTP error (a bad key, an unknown model) fails at once. Raises JudgeApiError naming the URL and
-    the last status."""
+    Each request goes through the outbound policy (trainer.config.outbound: checked again and connected to the
+    checked address); a URL it refuses fails at once, never retried. Retried (up to `tries` requests, waiting
+    retry_wait_s × attempt between them): no connection, a timeout, HTTP 408 / 429 / 5xx, a reply that is not
+    JSON or holds no content (ROLL retries an empty reply). Any other HTTP error (a bad key, an unknown model)
+    fails at once. Raises JudgeApiError naming the URL and the last status, never what the server wrote."""
     endpoint = chat_completions_url(url)
-    body = json.dumps({"model": model, "messages": messages, **(extra or {})}).encode()
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+    body = {"model": model, "messages": messages, **(extra or {})}
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     last = ""
     for attempt in range(tries):
         if attempt:
             time.sleep(retry_wait_s * attempt)
-        request = urllib.request.Request(endpoint, data=body, method="POST", headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = _redact(exc.read(500).decode("utf-8", "replace").strip(), api_key)
-            except (OSError, AttributeError):  # no body to read
-                detail = ""
-            last = f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
-            if exc.code in (408, 429) or exc.code >= 500:
+            answer = post_json(endpoint, body, "judge_api_url", timeout_s=timeout_s, headers=headers,
+                               resolver=resolver)
+        except OutboundRefused as exc:
+            raise JudgeApiError(str(exc)) from None
+        except OutboundFailed as exc:
+            last = _redact(str(exc), api_key)
+            if exc.status is None or exc.status in (408, 429) or exc.status >= 500:
                 continue
             raise JudgeApiError(f"judge_api_url {endpoint}: {last}") from None
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            last = f"no answer ({_redact(str(reason), api_key) or type(exc).__name__}, timeout {timeout_s:g} s)"
+        except ValueError:  # the body is not JSON: not quoted, it may hold anything
+            last = "HTTP 200 with a body that is not JSON"
             continue
-        try:
-            content = _reply_content(json.loads(raw))
-        except json.JSONDecodeError:
-            last = f"HTTP 200 with a body that is not JSON: {_redact(raw[:200].decode('utf-8', 'replace'), api_key)!r}"
-            continue
+        content = _reply_content(answer)
         if content:
             return content
         last = "HTTP 200 without choices[0].message.content"
@@ -255,8 +252,7 @@ class LLMJudgeOptions:
             if not self.judge_api_url or not self.judge_model_name:
                 raise ValueError("judge_api_url / judge_model_name: judge_model_type api needs both (the API's base "
                                  "URL and the model name to send)")
-            if not self.judge_api_url.startswith(("http://", "https://")):
-                raise ValueError(f"judge_api_url: {self.judge_api_url!r} is not an http:// or https:// URL")
+            precheck(self.judge_api_url, "judge_api_url")  # and again before each request
         elif self.judge_model_type == "inference":
             if self.generate is None:
                 raise ValueError("judge_model_type: inference needs the section's model (model_args.model_name_or_path)")

@@ -15,12 +15,15 @@ answers 200 without content. Each entry serves one request, then the rule applie
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from trainer.config.outbound import ALLOW_VAR
 
 
 def block(text: str, tag: str) -> str | None:
@@ -79,7 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         content = request["messages"][-1]["content"]
         record = {"path": self.path, "authorization": self.headers.get("Authorization"), "request": request,
-                  "content": content}
+                  "content": content, "host": self.headers.get("Host")}
         action = self.server.next_action()
         with self.server.lock:
             self.server.received.append(record)
@@ -100,13 +103,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def judge_server() -> Iterator[JudgeServer]:
+def judge_server(allow: bool = True) -> Iterator[JudgeServer]:
+    """The server, running; `allow` lists its URL in the outbound allow-list (trainer.config.outbound, which
+    refuses 127.0.0.1 by default) while it runs, as a deployment lists its own judge."""
     server = JudgeServer()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
+    before = os.environ.get(ALLOW_VAR)
+    if allow:
+        os.environ[ALLOW_VAR] = ",".join(filter(None, (before, server.base_url)))
     try:
         yield server
     finally:
+        if before is None:
+            os.environ.pop(ALLOW_VAR, None)
+        else:
+            os.environ[ALLOW_VAR] = before
         server.shutdown()
         server.server_close()
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.trainer.config.config_testing import changed
 from trainer.config import PipelineConfig, validate_config
+from trainer.config.outbound import ALLOW_VAR
 from trainer.rewards.code_sandbox import extract_code, outputs_match
 from trainer.rewards.registry import build_reward
 from trainer.roles.reward import build_reward_fn
@@ -140,13 +141,16 @@ class FakeSandbox(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def sandbox_url() -> Iterator[str]:
+def sandbox_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The fake service's URL, listed in the outbound allow-list (127.0.0.1 is refused by default)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeSandbox)
     FakeSandbox.requests, FakeSandbox.flaky = [], 0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/run_code"
+    monkeypatch.setenv(ALLOW_VAR, url)
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/run_code"
+        yield url
     finally:
         server.shutdown()
         server.server_close()
@@ -172,6 +176,7 @@ def test_code_url_scores_as_roll(sandbox_url: str, monkeypatch: pytest.MonkeyPat
 def test_an_unreachable_code_url_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("trainer.rewards.code_sandbox.HTTP_RETRY_WAIT_S", 0.01)
     url = "http://127.0.0.1:9/run_code"  # discard port: nothing listens
+    monkeypatch.setenv(ALLOW_VAR, url)
     with pytest.raises(RuntimeError, match=r"code_url http://127.0.0.1:9/run_code: the sandbox service did not "
                                            r"answer after 3 tries"):
         score([REVERSE_OK], [{"test_cases": STDIN_CASES}], use_local=False, code_url=url)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from django.db import connection
 from django.db.models import (
     Count,
     DurationField,
@@ -25,6 +26,7 @@ from django.db.models import (
     TextField,
     Window,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Coalesce, Now, RowNumber
 from django.urls import reverse
 
@@ -384,9 +386,33 @@ class RolloutFilters:
     sort: str = "step"
 
 
+ROLLOUT_FTS = "tracking_rolloutsample_fts"  # tracking migration 0009 (SQLite)
+MIN_INDEXED_CHARS = 3  # a trigram: shorter text uses neither index
+
+
+def sqlite_search_index() -> bool:
+    """True when this SQLite database has the rollout search's FTS5 table (its SQLite has the trigram tokenizer)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %s", [ROLLOUT_FTS])
+        return cursor.fetchone() is not None
+
+
+def rollout_text_filter(q: str) -> Q:
+    """Samples whose prompt or response contains `q`, ignoring case, found through the search index
+    (docs/decisions/0046-rollout-search-index.md): on PostgreSQL the `icontains` comparison itself uses the
+    trigram indexes on UPPER(prompt) / UPPER(response); on SQLite the FTS5 trigram table names the candidates
+    and the same `icontains` keeps the exact answer (FTS folds case beyond ASCII, LIKE does not)."""
+    contains = Q(prompt__icontains=q) | Q(response__icontains=q)
+    if connection.vendor != "sqlite" or len(q) < MIN_INDEXED_CHARS or not sqlite_search_index():
+        return contains
+    phrase = '"' + q.replace('"', '""') + '"'  # one FTS5 string: every character literal
+    candidates = RawSQL(f"SELECT rowid FROM {ROLLOUT_FTS} WHERE {ROLLOUT_FTS} MATCH %s", [phrase])
+    return Q(pk__in=candidates) & contains
+
+
 def rollouts_matching(run: Run, filters: RolloutFilters) -> QuerySet[RolloutSample]:
     """The run's samples that pass every filter; `q` is plain text found in the prompt or the response,
-    ignoring case (SQL LIKE with the text escaped: linear in the texts, whatever `q` holds). Never a user's
+    ignoring case (rollout_text_filter: an index lookup from three characters on). Never a user's
     regular expression: backtracking on `.*.*…Z` costs hours (issue 34). Callers bound the query's time
     (policylab.query_budget)."""
     rows = RolloutSample.objects.filter(run=run)
@@ -408,7 +434,7 @@ def rollouts_matching(run: Run, filters: RolloutFilters) -> QuerySet[RolloutSamp
     if filters.env_tag:
         rows = rows.filter(env_tag=filters.env_tag)
     if filters.q:
-        rows = rows.filter(Q(prompt__icontains=filters.q) | Q(response__icontains=filters.q))
+        rows = rows.filter(rollout_text_filter(filters.q))
     descending = filters.sort.startswith("-")
     fields = ROLLOUT_SORTS[filters.sort.lstrip("-")]
     first = F(fields[0]).desc(nulls_last=True) if descending else F(fields[0]).asc(nulls_last=True)

@@ -1104,8 +1104,9 @@ class RewardWorkerConfig(WorkerConfig):
     )
     use_local: bool = fld(
         True, category="Reward processing",
-        description="code_sandbox: run the tests in the local sandbox (time, memory, output and network limits; "
-        "docs/decisions/0036) instead of through code_url.",
+        description="code_sandbox: run the tests in the local sandbox instead of through code_url; it needs "
+        "bubblewrap (new namespaces, uid 65534, no network, read-only interpreter, time, memory, output and process "
+        "limits; docs/decisions/0046) and is refused where bwrap is missing.",
     )
     judge_prompt: Literal[JUDGE_PROMPTS] | None = fld(  # type: ignore[valid-type]
         None, category="Reward processing",

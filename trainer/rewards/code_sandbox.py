@@ -35,20 +35,15 @@ import os
 import re
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from trainer.config.outbound import (
-    OutboundFailed,
-    OutboundRefused,
-    Resolver,
-    post_json,
-    precheck,
-    system_resolver,
-)
+from trainer.config.bubblewrap import local_sandbox_refusal
 from trainer.rewards.sandbox import SandboxLimits, run_python, sandbox_layers
 
 CASE_TYPES = ("input", "assert", "pytest", "check_based", "text")
@@ -206,47 +201,37 @@ def local_runner(limits: SandboxLimits) -> Runner:
     return run
 
 
-def http_runner(url: str, timeout_s: float, resolver: Resolver = system_resolver) -> Runner:
+def http_runner(url: str, timeout_s: float) -> Runner:
     """Runs a case on a SandboxFusion-style service, as ROLL's CodeTester speaks to it: POST
     `{code, language, stdin, expected_stdout, compile_timeout, run_timeout}`; the answer's `status` is
-    Success, Failed or SandboxError (retried), its `run_result.stdout` the program's output. Each request goes
-    through the outbound policy (trainer.config.outbound)."""
+    Success, Failed or SandboxError (retried), its `run_result.stdout` the program's output."""
 
     def run(case: Case) -> tuple[bool, str]:
         body = {"code": case.program, "language": case.language, "stdin": case.stdin,
                 "expected_stdout": case.expected or "", "compile_timeout": timeout_s, "run_timeout": timeout_s}
-        answer = _post_with_retries(url, body, timeout_s + 30, resolver)
+        answer = _post_with_retries(url, body, timeout_s + 30)
         return answer.get("status") == "Success", str((answer.get("run_result") or {}).get("stdout") or "")
 
     return run
 
 
-def _post_with_retries(url: str, body: dict[str, Any], timeout_s: float, resolver: Resolver) -> dict[str, Any]:
-    """The service's answer; retried on no answer, HTTP 408 / 429 / 5xx, a body that is not JSON and
-    SandboxError. A URL the outbound policy refuses and any other HTTP status fail at once. What the
-    service wrote is never quoted."""
+def _post_with_retries(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    data = json.dumps(body).encode()
     last = ""
     for attempt in range(HTTP_TRIES):
         if attempt:
             time.sleep(HTTP_RETRY_WAIT_S)
+        request = urllib.request.Request(url, data=data, method="POST",
+                                         headers={"Content-Type": "application/json", "Accept": "application/json"})
         try:
-            answer = post_json(url, body, "code_url", timeout_s=timeout_s, resolver=resolver)
-        except OutboundRefused:
-            raise
-        except OutboundFailed as exc:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                answer = json.loads(response.read())
+        except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
             last = str(exc)
-            if exc.status is None or exc.status in (408, 429) or exc.status >= 500:
-                continue
-            raise RuntimeError(f"code_url {url}: {last}") from None
-        except ValueError:
-            last = "an answer that is not JSON"
-            continue
-        if not isinstance(answer, dict):
-            last = "an answer that is not a JSON object"
             continue
         if answer.get("status") != "SandboxError":
             return answer
-        last = "status SandboxError"
+        last = f"SandboxError: {answer.get('message', '')}"
     raise RuntimeError(f"code_url {url}: the sandbox service did not answer after {HTTP_TRIES} tries ({last})")
 
 
@@ -256,8 +241,9 @@ class CodeSandboxOptions:
     """The reward's settings: `use_local` and `code_url` from the reward section (ROLL's keys), the
     rest from `reward_kwargs` (PolicyLab's; ROLL fixes them in code): `timeout_s` (wall clock per test
     case; ROLL's local default 20), `memory_mb`, `max_output_bytes`, `concurrency` (samples scored at
-    once), `python` (the interpreter that runs the programs; as root, a world-readable one such as
-    /usr/bin/python3 lets the sandbox run them as nobody)."""
+    once), `python` (the interpreter that runs the programs, standard library only; its prefix is bound
+    read-only into the sandbox). `use_local: true` needs bubblewrap (docs/decisions/0046): refused here, and
+    never run unsandboxed, where bwrap is missing or cannot create namespaces."""
 
     use_local: bool = True
     code_url: str | None = None
@@ -271,8 +257,11 @@ class CodeSandboxOptions:
         if not self.use_local and not self.code_url:
             raise ValueError("code_url: use_local is false, so the code sandbox needs code_url (the sandbox "
                              "service's http(s) URL); set code_url or use_local: true")
-        if self.code_url:
-            precheck(self.code_url, "code_url")  # and again before each request
+        refusal = local_sandbox_refusal() if self.use_local else None
+        if refusal:
+            raise ValueError(refusal)
+        if self.code_url and not self.code_url.startswith(("http://", "https://")):
+            raise ValueError(f"code_url: {self.code_url!r} is not an http:// or https:// URL")
         if self.python is not None and not os.access(self.python, os.X_OK):
             raise ValueError(f"reward_kwargs.python: {self.python!r} is not an executable Python interpreter")
         if self.concurrency is not None and self.concurrency < 1:

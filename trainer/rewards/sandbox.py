@@ -1,24 +1,28 @@
-"""A local sandbox for untrusted Python programs (the code-sandbox reward's `use_local: true`).
+"""A local sandbox for untrusted Python programs (the code-sandbox reward's `use_local: true`), built on
+bubblewrap (docs/decisions/0046-bubblewrap-sandbox.md).
 
-`run_python(code, stdin=…, limits=…)` writes the program into a fresh temporary directory and runs it
-in a child interpreter (`python -I -S -B`, standard library only) that applies the layers of
-trainer/rewards/sandbox_child.py, with:
+`run_python(code, stdin=…, limits=…)` runs `code` under `bwrap` in new user, pid, network, mount, ipc, uts
+(and cgroup) namespaces, with:
 
-- a wall-clock limit: past `timeout_s` the child's whole process group is killed (SIGKILL);
-- RLIMIT_AS `memory_mb`, RLIMIT_CPU `cpu_s`, RLIMIT_FSIZE `max_output_bytes` (stdout and stderr go to
-  files, so a flood stops at the cap and at most that much is read back), RLIMIT_NOFILE, no core files,
-  RLIMIT_NPROC where the kernel enforces it (not for root);
-- no network: a new network namespace where the kernel allows one (root, or unprivileged user
-  namespaces), always also an audit hook refusing socket connects, binds, sends and name lookups;
-- a clean environment (PATH, LANG and HOME=the working directory only: no inherited secrets);
-- as root, the program runs as nobody when the interpreter is readable by others (`drop_user`);
-- the temporary directory is removed afterwards, whatever the program did to it.
+- a file system of its own: only the shared libraries (/usr/lib*, /lib*) and the interpreter's prefix,
+  read-only (the interpreter's own site-packages hidden under an empty tmpfs), a fresh /proc of its own
+  pid namespace, a minimal /dev, and a private tmpfs of `disk_mb` as the work folder (/sandbox). No /etc,
+  no home, no checkout, no virtualenv;
+- uid and gid 65534 with no supplementary groups and no capabilities (no_new_privs set by bwrap). As root,
+  the user namespace maps 65534 to the host's 65534 (not to root, as bwrap's own mapping would: a root uid
+  would exempt the program from RLIMIT_NPROC); otherwise bwrap maps it to the caller's uid;
+- a network namespace with only a loopback interface: no host port or address is reachable;
+- rlimits set inside (sandbox_child.py): RLIMIT_AS `memory_mb`, RLIMIT_CPU, RLIMIT_FSIZE `max_output_bytes`
+  (stdout and stderr are host files outside the sandbox, so a flood stops at the cap), RLIMIT_NOFILE, no
+  core files, and RLIMIT_NPROC = the sandbox's own tasks + `max_processes` (a fresh user namespace per run,
+  so the count is this run's processes only);
+- a wall-clock limit: past `timeout_s` bwrap's process group is killed, and with it, through
+  --die-with-parent and the pid namespace, every process of the run;
+- a clean environment (PATH, LANG, LC_ALL, HOME=TMPDIR=the work folder);
+- the audit hook of sandbox_child.py as a second layer.
 
-What this does not isolate (docs/decisions/0036-code-sandbox.md): it is not a security boundary
-against a determined attacker. Without a mount namespace and seccomp the program shares the host's
-file system and kernel; the audit hook can be bypassed by memory-corruption bugs in CPython.
-
-Standard library only (no torch): the reward worker calls it from a thread pool.
+Where bwrap is missing or cannot create namespaces, `run_python` raises `SandboxUnavailable`: there is no
+weaker mode to fall back to. Standard library only (no torch): the reward worker calls it from a thread pool.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import math
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -38,39 +41,49 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from trainer.config.bubblewrap import INSTALL_HINT, bubblewrap_problem, bwrap_path
 
 logger = logging.getLogger(__name__)
 CHILD = Path(__file__).with_name("sandbox_child.py")
 NOBODY = 65534
+WORK = "/sandbox"  # the work folder inside the sandbox (a private tmpfs)
+CHILD_IN_SANDBOX = "/.policylab/sandbox_child.py"
 POLL_S = 0.01
-KILLED_EXIT = -signal.SIGKILL
+SIGNAL_BASE = 128
+SYSTEM_LIBS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/lib", "/lib64", "/lib32", "/libx32")
+NAMESPACES = ("user", "pid", "net", "mnt", "ipc", "uts", "cgroup")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The local sandbox cannot run here (no bubblewrap, or no namespaces); never a reason to run unsandboxed."""
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
     """Limits of one program run; `cpu_s` None means ceil(timeout_s) + 1: a single-threaded program's CPU
     time stays below the wall clock, so the wall-clock kill (-9) ends it first and RLIMIT_CPU (SIGXCPU)
-    only stops programs that burn CPU on several threads faster than time passes."""
+    only stops programs that burn CPU on several threads faster than time passes. `disk_mb` bounds the
+    work folder (a tmpfs, so it is memory too)."""
 
     timeout_s: float = 20.0
     memory_mb: int = 1024
     cpu_s: int | None = None
     max_output_bytes: int = 1024 * 1024
     max_processes: int = 16
-    isolate_network: bool = True
-    drop_user: bool = True
+    disk_mb: int = 64
+    isolate_network: bool = True  # False only to test the audit hook's network refusal on its own
     audit_hook: bool = True  # False only to test the kernel layers on their own
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
         checks = {"timeout_s": self.timeout_s > 0, "memory_mb": self.memory_mb >= 32,
                   "cpu_s": self.cpu_s is None or self.cpu_s >= 1, "max_output_bytes": self.max_output_bytes >= 1,
-                  "max_processes": self.max_processes >= 0}
+                  "max_processes": self.max_processes >= 0, "disk_mb": self.disk_mb >= 1}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"{bad[0]}: {getattr(self, bad[0])!r} is out of range (timeout_s > 0, memory_mb >= 32, "
-                             "cpu_s >= 1, max_output_bytes >= 1, max_processes >= 0)")
+                             "cpu_s >= 1, max_output_bytes >= 1, max_processes >= 0, disk_mb >= 1)")
 
     @property
     def cpu_seconds(self) -> int:
@@ -94,61 +107,209 @@ class SandboxResult:
         return self.returncode == 0 and not self.timed_out and not self.output_truncated
 
 
+# -- the interpreter and what of the host the sandbox sees ---------------------------------------
+@dataclass(frozen=True)
+class Interpreter:
+    executable: str  # the real file (a virtualenv's python resolved: the venv itself is not bound)
+    prefixes: tuple[str, ...]
+    site_dirs: tuple[str, ...]  # the interpreter's own site-packages, hidden in the sandbox
+
+
+@lru_cache(maxsize=8)
+def interpreter(python: str) -> Interpreter:
+    """Where `python`'s real executable, standard library and site-packages are (asked once per path)."""
+    real = os.path.realpath(python)
+    probe = ("import json, sys, sysconfig; p = sysconfig.get_paths(); print(json.dumps([sys.base_prefix, "
+             "sys.base_exec_prefix, p['purelib'], p['platlib']]))")
+    try:
+        done = subprocess.run([real, "-I", "-S", "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+        prefix, exec_prefix, purelib, platlib = json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise SandboxUnavailable(f"python: {python!r} is not a Python interpreter this sandbox can run ({exc})") from exc
+    return Interpreter(real, tuple(dict.fromkeys(os.path.realpath(p) for p in (prefix, exec_prefix))),
+                       tuple(dict.fromkeys(os.path.realpath(p) for p in (purelib, platlib))))
+
+
+def under(path: str, roots: tuple[str, ...] | list[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def read_only_binds(interp: Interpreter) -> list[str]:
+    """The host paths bound read-only: the shared libraries and the interpreter's prefix (its files and
+    standard library). A prefix of /usr is covered by /usr/lib plus the executable itself."""
+    binds = [p for p in SYSTEM_LIBS if os.path.isdir(p) and not os.path.islink(p)]
+    binds += [p for p in interp.prefixes if p != "/usr" and not under(p, binds)]
+    if not under(interp.executable, binds):
+        binds.append(interp.executable)
+    return binds
+
+
+def filesystem_args(interp: Interpreter, limits: SandboxLimits) -> list[str]:
+    """bwrap's file-system arguments (the parents bwrap creates for a deep bind get mode 0755, not the
+    0700 of a private home, so that uid 65534 can walk to the interpreter)."""
+    args: list[str] = []
+    binds = read_only_binds(interp)
+    made: set[str] = set()
+    for path in binds:
+        for parent in reversed(Path(path).parents):
+            text = str(parent)
+            if text != "/" and text not in made and not under(text, binds):
+                args += ["--perms", "0755", "--dir", text]
+                made.add(text)
+        args += ["--ro-bind", path, path]
+    for link in SYSTEM_LIBS:
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+    for site in interp.site_dirs:
+        if os.path.isdir(site) and under(site, binds):
+            args += ["--perms", "0555", "--tmpfs", site]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "01777", "--size", str(limits.disk_mb * 1024 * 1024), "--tmpfs", WORK, "--chdir", WORK]
+    return args
+
+
+# -- running one program -------------------------------------------------------------------------
 def run_python(code: str, *, stdin: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `code` as `__main__` in the sandbox with `stdin`; see the module docstring."""
     limits = limits or SandboxLimits()
-    workdir = tempfile.mkdtemp(prefix="policylab-sandbox-")
+    problem = bubblewrap_problem()
+    if problem is not None:
+        raise SandboxUnavailable(f"the local code sandbox needs bubblewrap, and {problem}; {INSTALL_HINT}")
+    host_dir = Path(tempfile.mkdtemp(prefix="policylab-sandbox-"))  # stdin/stdout/stderr: never inside
     try:
-        return _run_in(Path(workdir), code, stdin, limits)
+        return _run_in(host_dir, code, stdin, limits)
     finally:
-        remove_tree(workdir)
+        shutil.rmtree(host_dir, ignore_errors=True)
 
 
-def _run_in(workdir: Path, code: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
-    drop = (limits.drop_user and os.geteuid() == 0 and world_usable(limits.python)
-            and world_usable(CHILD, stat.S_IROTH))
-    (workdir / "solution.py").write_text(code, encoding="utf-8")
-    (workdir / "stdin.txt").write_text(stdin, encoding="utf-8")
-    report_r, report_w = os.pipe()
-    config = {"workdir": str(workdir), "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_seconds,
+def _run_in(host_dir: Path, code: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
+    interp = interpreter(limits.python)
+    as_root = os.geteuid() == 0
+    (host_dir / "solution.py").write_text(code, encoding="utf-8")
+    (host_dir / "stdin.txt").write_text(stdin, encoding="utf-8")
+    config = {"workdir": WORK, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_seconds,
               "max_output_bytes": limits.max_output_bytes, "max_processes": limits.max_processes,
-              "isolate_network": limits.isolate_network, "drop_user": drop, "audit_hook": limits.audit_hook,
-              "report_fd": report_w}
-    (workdir / "sandbox.json").write_text(json.dumps(config), encoding="utf-8")
-    if drop:
-        _hand_to_nobody(workdir)
-    try:
-        proc, started = _spawn(workdir, limits, report_w)
-    finally:
-        os.close(report_w)
-    timed_out = _wait(proc, started + limits.timeout_s)
-    duration = time.monotonic() - started
-    layers = _read_report(report_r)
-    stdout, cut_out = _read_capped(workdir / "stdout.txt", limits.max_output_bytes)
-    stderr, cut_err = _read_capped(workdir / "stderr.txt", limits.max_output_bytes)
-    return SandboxResult(returncode=proc.returncode, stdout=stdout, stderr=stderr, timed_out=timed_out,
-                         output_truncated=cut_out or cut_err, duration_s=duration, layers=layers)
+              "drop_user": as_root, "audit_hook": limits.audit_hook}
+    with contextlib.ExitStack() as stack:
+        fds = _Fds(stack)
+        report_r, report_w = fds.pipe()
+        info_r, info_w = fds.pipe() if as_root else (-1, -1)
+        block_r, block_w = fds.pipe() if as_root else (-1, -1)
+        solution = fds.open(host_dir / "solution.py")
+        child = fds.open(CHILD)
+        config["report_fd"] = report_w
+        command = [bwrap_path() or "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+                   "--cap-drop", "ALL", "--hostname", "sandbox", "--clearenv",
+                   "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
+                   "--setenv", "HOME", WORK, "--setenv", "TMPDIR", WORK]
+        if as_root:
+            # we write the user namespace's maps ourselves (65534 -> 65534, 0 -> 0 for the setup only); the
+            # child keeps CAP_SETUID/CAP_SETGID just long enough to become 65534, which drops every capability
+            command += ["--userns-block-fd", str(block_r), "--info-fd", str(info_w),
+                        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            command += ["--uid", str(NOBODY), "--gid", str(NOBODY)]
+        if not limits.isolate_network:
+            command.append("--share-net")
+        command += filesystem_args(interp, limits)
+        command += ["--perms", "0444", "--file", str(solution), f"{WORK}/solution.py",
+                    "--ro-bind-data", str(child), CHILD_IN_SANDBOX,
+                    "--", interp.executable, "-I", "-S", "-B", CHILD_IN_SANDBOX, json.dumps(config)]
+        passed = tuple(fd for fd in (report_w, info_w, block_r, solution, child) if fd >= 0)
+        proc, started = _spawn(host_dir, command, passed)
+        for fd in passed:
+            fds.close(fd)
+        if as_root:
+            _map_nobody(proc, fds.take(info_r), fds.take(block_w))
+        timed_out = _wait(proc, started + limits.timeout_s)
+        duration = time.monotonic() - started
+        facts = _read_report(fds.take(report_r))
+    stdout, cut_out = _read_capped(host_dir / "stdout.txt", limits.max_output_bytes)
+    stderr, cut_err = _read_capped(host_dir / "stderr.txt", limits.max_output_bytes)
+    if not facts and not timed_out:
+        raise SandboxUnavailable(f"the code sandbox did not start (exit status {proc.returncode}): "
+                                 f"{stderr.strip()[-500:] or 'no message'}")
+    return SandboxResult(returncode=exit_status(proc.returncode), stdout=stdout, stderr=stderr, timed_out=timed_out,
+                         output_truncated=cut_out or cut_err, duration_s=duration,
+                         layers=describe_layers(facts, limits, interp, as_root) if facts else {})
 
 
-def _spawn(workdir: Path, limits: SandboxLimits, report_w: int) -> tuple[subprocess.Popen[bytes], float]:
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": str(workdir),
-           "TMPDIR": str(workdir)}
-    with (open(workdir / "stdin.txt", "rb") as stdin, open(workdir / "stdout.txt", "wb") as stdout,
-          open(workdir / "stderr.txt", "wb") as stderr):
+def exit_status(bwrap_status: int) -> int:
+    """The program's exit status as Popen gives it (-N: ended by signal N); bwrap reports a program's signal
+    as 128 + N, as a shell does, while our own kill at the time limit ends bwrap itself (-9)."""
+    return -(bwrap_status - SIGNAL_BASE) if SIGNAL_BASE < bwrap_status <= SIGNAL_BASE + 64 else bwrap_status
+
+
+class _Fds:
+    """File descriptors of one run, closed when the run ends whatever happens."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.open_fds: set[int] = set()
+        stack.callback(self._close_all)
+
+    def pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self.open_fds |= {r, w}
+        return r, w
+
+    def open(self, path: Path) -> int:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.open_fds.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        self.open_fds.discard(fd)
+        os.close(fd)
+
+    def take(self, fd: int) -> int:
+        """Hand `fd` over to a caller that closes it."""
+        self.open_fds.discard(fd)
+        return fd
+
+    def _close_all(self) -> None:
+        for fd in self.open_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _spawn(host_dir: Path, command: list[str], pass_fds: tuple[int, ...]) -> tuple[subprocess.Popen[bytes], float]:
+    with (open(host_dir / "stdin.txt", "rb") as stdin, open(host_dir / "stdout.txt", "wb") as stdout,
+          open(host_dir / "stderr.txt", "wb") as stderr):
         started = time.monotonic()
-        proc = subprocess.Popen(
-            [limits.python, "-I", "-S", "-B", str(CHILD), str(workdir / "sandbox.json")],
-            stdin=stdin, stdout=stdout, stderr=stderr, cwd=workdir, env=env, pass_fds=(report_w,),
-            start_new_session=True, close_fds=True,
-        )
+        proc = subprocess.Popen(command, stdin=stdin, stdout=stdout, stderr=stderr, cwd="/", env={"PATH": "/usr/bin:/bin"},
+                                pass_fds=pass_fds, start_new_session=True, close_fds=True)
     return proc, started
 
 
-def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Wait for the child until `deadline`; then (or once it has exited) kill its whole process group.
+def _map_nobody(proc: subprocess.Popen[bytes], info_r: int, block_w: int) -> None:
+    """Write the sandbox's user-namespace maps (bwrap waits on --userns-block-fd until we have): uid/gid 0
+    for bwrap's setup, 65534 for the program, each to the same host id. Nothing else of the host is mapped."""
+    try:
+        with os.fdopen(info_r, "rb") as info:
+            text = info.read()
+        if not text:
+            return  # bwrap failed before creating the namespaces; its stderr says why
+        pid = int(json.loads(text)["child-pid"])
+        for name in ("uid_map", "gid_map"):
+            fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY)
+            try:
+                os.write(fd, f"0 0 1\n{NOBODY} {NOBODY} 1\n".encode())
+            finally:
+                os.close(fd)
+    except (OSError, ValueError, KeyError) as exc:
+        logger.warning("code sandbox: could not map the user namespace of bwrap %s: %s", proc.pid, exc)
+    finally:
+        with contextlib.suppress(OSError):
+            os.write(block_w, b"1")
+        os.close(block_w)
 
-    The child is waited for without being reaped (WNOWAIT), so its process-group id cannot be reused by
-    another process before the group is killed. True if the deadline passed first."""
+
+def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Wait for bwrap until `deadline`; then (or once it has exited) kill its whole process group.
+
+    The sandboxed processes live in bwrap's pid namespace and die with it (--die-with-parent; a pid
+    namespace ends with its init). bwrap is waited for without being reaped (WNOWAIT), so its process-group
+    id cannot be reused by another process before the group is killed. True if the deadline passed first."""
     timed_out = True
     while time.monotonic() < deadline:
         if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
@@ -161,7 +322,7 @@ def _wait(proc: subprocess.Popen[bytes], deadline: float) -> bool:
     return timed_out
 
 
-def _read_report(fd: int) -> dict[str, str]:
+def _read_report(fd: int) -> dict[str, object]:
     with os.fdopen(fd, "r") as report:
         text = report.read()
     try:
@@ -180,40 +341,35 @@ def _read_capped(path: Path, cap: int) -> tuple[str, bool]:
     return data[:cap].decode("utf-8", errors="replace"), len(data) >= cap
 
 
-def _hand_to_nobody(workdir: Path) -> None:
-    for path in [workdir, *workdir.iterdir()]:
-        os.chown(path, NOBODY, NOBODY)
-
-
-def world_usable(path: str | Path, mode: int = stat.S_IXOTH) -> bool:
-    """True if others may use `path` (`mode`: execute by default) and traverse every folder above it, so
-    that the child can still start and import once it is nobody (an interpreter's standard library lies
-    beside it)."""
-    real = Path(os.path.realpath(path))
-    return bool(real.stat().st_mode & mode) and all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
-
-
-def remove_tree(path: str | Path) -> None:
-    """Remove `path` even where the program took away permissions (chmod 000) inside it."""
-
-    def make_writable(func: Any, target: str, exc: Any) -> None:
-        parent = os.path.dirname(target)
-        for p in (parent, target):
-            with contextlib.suppress(OSError):
-                os.chmod(p, stat.S_IRWXU)
-        if os.path.isdir(target) and not os.path.islink(target):
-            shutil.rmtree(target, onerror=make_writable)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(target)
-
-    if os.path.lexists(path):
-        shutil.rmtree(path, onerror=make_writable)
+# -- what took hold ------------------------------------------------------------------------------
+def describe_layers(facts: dict[str, object], limits: SandboxLimits, interp: Interpreter,
+                    as_root: bool) -> dict[str, str]:
+    """The isolation in force, from what the child measured inside (its ids, capabilities, namespaces) compared
+    with this process's own namespaces."""
+    ours = {name: os.readlink(f"/proc/self/ns/{name}") for name in NAMESPACES if os.path.exists(f"/proc/self/ns/{name}")}
+    theirs = facts.get("namespaces") or {}
+    assert isinstance(theirs, dict)
+    new = [n for n in ours if theirs.get(n) and theirs[n] != ours[n]]
+    shared = [n for n in ours if n not in new]
+    host_uid = NOBODY if as_root else os.getuid()
+    caps = facts.get("capabilities")
+    return {
+        "isolation": "bubblewrap",
+        "namespaces": f"new: {', '.join(new)}" + (f"; shared with the host: {', '.join(shared)}" if shared else ""),
+        "user": f"uid {facts.get('uid')} gid {facts.get('gid')} groups {facts.get('groups')} (host uid {host_uid})",
+        "capabilities": "none" if caps == "0000000000000000" else f"effective {caps}",
+        "network": ("namespace (loopback only)" if "net" in new else "shared with the host (asked)"),
+        "filesystem": (f"read-only: {', '.join(read_only_binds(interp))}; own /proc and minimal /dev; work folder "
+                       f"{WORK}: tmpfs of {limits.disk_mb} MiB"),
+        "processes": str(facts.get("processes")),
+        "audit_hook": "on" if limits.audit_hook else "off (asked)",
+    }
 
 
 @lru_cache(maxsize=4)
 def sandbox_layers(limits: SandboxLimits | None = None) -> dict[str, str]:
-    """Which isolation layers take hold on this machine (from running an empty program once; logged)."""
+    """Which isolation layers take hold on this machine (from running an empty program once; logged).
+    Raises SandboxUnavailable where the sandbox cannot run."""
     layers = dict(run_python("", limits=limits or SandboxLimits(timeout_s=30)).layers)
     logger.info("code sandbox %s: isolation %s", limits, layers)
     return layers

@@ -1,20 +1,22 @@
-"""The sandbox's child: run as `python -I -S -B sandbox_child.py <config.json>` by trainer.rewards.sandbox.
+"""The sandbox's child: run by trainer.rewards.sandbox under bubblewrap as
+`python -I -S -B sandbox_child.py '<config json>'`.
 
-Standard library only, and never imported by the trainer: it runs in a fresh, single-threaded
-interpreter, applies the isolation layers in order, reports which ones took hold on the report file
-descriptor, then executes the untrusted program as `__main__`:
+Standard library only, and never imported by the trainer: it runs in a fresh, single-threaded interpreter
+inside the sandbox's namespaces, finishes the setup, reports what it measured on the report file descriptor,
+then executes the untrusted program as `__main__`:
 
-1. network: a new network namespace (unshare(CLONE_NEWNET); as a non-root user with
-   CLONE_NEWUSER too): only a loopback interface that is down, so no address is reachable;
-2. user: when started as root and asked to, it drops to nobody (65534) so file permissions apply;
-3. resource limits: RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_FSIZE (output and files), RLIMIT_NOFILE,
-   RLIMIT_CORE=0, RLIMIT_NPROC (enforced by the kernel for non-root users only);
-4. an audit hook (PEP 578) refusing, inside this interpreter: sockets (connect, bind, send, name
-   lookups), process creation (fork, exec, spawn, system, subprocess, _posixsubprocess), signals to
-   other processes, ctypes, loading native code from outside the standard library, swapping a
-   function's code, writing or deleting files outside the working directory, and reading files outside
-   the working directory and the standard library. An audit hook is a speed bump for naive programs,
-   not a security boundary (docs/decisions/0036-code-sandbox.md).
+1. user: as root on the host, bwrap leaves it uid 0 of its own user namespace with CAP_SETUID/CAP_SETGID
+   only; it becomes 65534 (no groups), which drops every capability. It refuses to run the program unless it
+   is 65534 with no capabilities left;
+2. resource limits: RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_FSIZE (output and files), RLIMIT_NOFILE,
+   RLIMIT_CORE=0, RLIMIT_NPROC (its own tasks + max_processes: the user namespace is this run's alone);
+3. every inherited file descriptor above stderr is closed;
+4. an audit hook (PEP 578), a second layer behind the namespaces, refusing inside this interpreter: sockets
+   (connect, bind, send, name lookups), process creation (fork, exec, spawn, system, subprocess,
+   _posixsubprocess), signals to other processes, ctypes, loading native code from outside the standard
+   library, swapping a function's code, writing or deleting files outside the working directory, and
+   reading files outside the working directory and the standard library. An audit hook alone is no
+   security boundary (docs/decisions/0046-bubblewrap-sandbox.md): the namespaces are.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
 NOBODY = 65534
+SETUP_EXIT = 70  # refused to run the program: the sandbox is not as it must be
+MAX_FILES = 64
+FD_CEILING = 1 << 20
+NAMESPACE_NAMES = ("user", "pid", "net", "mnt", "ipc", "uts", "cgroup")
 
 REFUSED_EVENTS = frozenset({
     "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
@@ -50,47 +54,21 @@ READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/dev/random", "/dev/zero", "/
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
-def unshare(flags: int) -> str | None:
-    """None on success, else why (os.unshare from Python 3.12, libc's unshare before)."""
-    if hasattr(os, "unshare"):
-        try:
-            os.unshare(flags)
-            return None
-        except OSError as exc:
-            return exc.strerror
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(flags) == 0:
-            return None
-        return os.strerror(ctypes.get_errno())
-    finally:
-        for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
-            del sys.modules[name]
+def become_nobody() -> None:
+    """uid and gid 65534, no supplementary groups; from uid 0 this also clears every capability."""
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
 
 
-def isolate_network() -> str:
-    """The network layer that took hold: 'namespace', or 'audit hook only (<why>)'."""
-    why = unshare(CLONE_NEWNET)
-    if why is None:
-        return "namespace"
-    if os.geteuid() != 0:
-        why_user = unshare(CLONE_NEWUSER | CLONE_NEWNET)
-        if why_user is None:
-            return "namespace"
-        why = f"{why}; with a user namespace: {why_user}"
-    return f"audit hook only (unshare: {why})"
+def status_fields() -> dict[str, str]:
+    with open("/proc/self/status") as status:
+        return {key: value.strip() for key, _, value in (line.partition(":") for line in status)}
 
 
-def drop_to_nobody() -> str:
-    try:
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-    except OSError as exc:
-        return f"kept (setuid: {exc.strerror})"
-    return "nobody"
+def namespaces() -> dict[str, str]:
+    return {name: os.readlink(f"/proc/self/ns/{name}") for name in NAMESPACE_NAMES
+            if os.path.exists(f"/proc/self/ns/{name}")}
 
 
 def tasks_of(uid: int) -> int:
@@ -110,15 +88,14 @@ def tasks_of(uid: int) -> int:
 
 
 def set_limits(cfg: dict[str, Any]) -> str:
-    """Apply the resource limits; the process limit's state as text."""
+    """Apply the resource limits; the process limit as text. The user namespace is this run's alone, so
+    the tasks of uid 65534 it sees are its own."""
     memory = cfg["memory_mb"] * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["max_output_bytes"], cfg["max_output_bytes"]))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if os.getuid() == 0:
-        return "not enforced (root)"
     allowed = tasks_of(os.getuid()) + cfg["max_processes"]
     resource.setrlimit(resource.RLIMIT_NPROC, (allowed, allowed))
     return f"limit {allowed} tasks of uid {os.getuid()}"
@@ -141,8 +118,10 @@ def opens_for_writing(mode: Any, flags: Any) -> bool:
 
 
 def make_hook(workdir: str, readable: tuple[str, ...]) -> Callable[[str, tuple[Any, ...]], None]:
-    """The audit hook; its state is immutable (strings, tuples, frozensets)."""
+    """The audit hook; its state is immutable (strings, tuples, frozensets). Native code loads from the
+    standard library only, never from the (writable) work folder."""
     writable = (workdir,)
+    native = tuple(root for root in readable if root != workdir)
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event in REFUSED_EVENTS or event.startswith("ctypes."):
@@ -151,7 +130,7 @@ def make_hook(workdir: str, readable: tuple[str, ...]) -> Callable[[str, tuple[A
             module, filename = args[0], args[1]
             if module in REFUSED_MODULES or module.split(".")[0] in REFUSED_MODULES:
                 raise PermissionError(f"sandbox: importing {module} is not allowed")
-            if filename and not str(filename).endswith((".py", ".pyc")) and not under(resolved(filename) or "", readable):
+            if filename and not str(filename).endswith((".py", ".pyc")) and not under(resolved(filename) or "", native):
                 raise PermissionError(f"sandbox: native module {module} from outside the standard library")
         elif event == "object.__setattr__" and args[1] in ("__code__", "__defaults__", "__kwdefaults__"):
             raise PermissionError(f"sandbox: setting a function's {args[1]} is not allowed")
@@ -162,6 +141,10 @@ def make_hook(workdir: str, readable: tuple[str, ...]) -> Callable[[str, tuple[A
             roots = writable if opens_for_writing(args[1], args[2] if len(args) > 2 else None) else readable
             if not under(path, roots):
                 raise PermissionError(f"sandbox: opening {path} is not allowed")
+        elif event in ("os.listdir", "os.scandir"):
+            path = resolved(args[0] if args and args[0] is not None else ".")
+            if path is not None and not under(path, readable):
+                raise PermissionError(f"sandbox: listing {path} is not allowed")
         elif event in WRITE_EVENTS:
             for i in WRITE_EVENTS[event]:
                 path = resolved(args[i]) if i < len(args) else None
@@ -185,17 +168,24 @@ def run_program(path: str) -> None:
     exec(code, namespace)
 
 
-def main(config_path: str) -> None:
-    with open(config_path, encoding="utf-8") as f:
-        cfg = json.load(f)
+def main(config_json: str) -> None:
+    cfg = json.loads(config_json)
     workdir = os.path.realpath(cfg["workdir"])
-    layers = {"network": isolate_network() if cfg["isolate_network"] else "off (asked)"}
-    layers["user"] = drop_to_nobody() if cfg["drop_user"] and os.geteuid() == 0 else "kept"
-    layers["processes"] = set_limits(cfg)
-    layers["audit_hook"] = "on" if cfg["audit_hook"] else "off (asked)"
+    if cfg["drop_user"]:
+        become_nobody()
+    fields = status_fields()
+    if os.getuid() != NOBODY or os.getgid() != NOBODY or os.getgroups() or int(fields["CapEff"], 16) \
+            or int(fields["CapPrm"], 16):
+        sys.stderr.write(f"sandbox: refusing to run: uid {os.getuid()}, gid {os.getgid()}, groups "
+                         f"{os.getgroups()}, capabilities {fields['CapEff']}\n")
+        sys.exit(SETUP_EXIT)
+    facts = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "capabilities": fields["CapEff"],
+             "no_new_privs": fields.get("NoNewPrivs"), "namespaces": namespaces(), "processes": set_limits(cfg)}
     readable = readable_roots(workdir)
     with os.fdopen(cfg["report_fd"], "w") as report:
-        json.dump(layers, report)
+        json.dump(facts, report)
+    os.closerange(3, FD_CEILING)  # whatever bwrap or the parent left open
+    os.environ.pop("PWD", None)  # bwrap's --chdir sets it; the environment is PATH, LANG, LC_ALL, HOME, TMPDIR
     if cfg["audit_hook"]:
         sys.addaudithook(make_hook(workdir, readable))
     del cfg

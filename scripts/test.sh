@@ -11,6 +11,9 @@ export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=f
 echo "[test] ruff"
 ruff check .
 
+echo "[test] mypy (the packages [tool.mypy] in pyproject.toml lists)"
+mypy
+
 echo "[test] pytest (SQLite)"
 set +e
 python -m pytest "$@"

@@ -124,7 +124,7 @@ def plan_resource_pools(
     unmapped: list[str] = []
     for role, section in sections.items():
         devices = section.device_mapping
-        if not devices and getattr(cfg, "colocate_all", False) and train_devices:
+        if not devices and cfg.colocate_all and train_devices:
             devices = train_devices
         if devices:
             if duplicate_devices(devices):
@@ -150,7 +150,7 @@ def role_sections(cfg: PipelineConfig) -> dict[str, Any]:
     """The config sections that become worker groups: the fixed roles that are set, and one
     `rewards.<name>` role per reward worker."""
     sections = {role: getattr(cfg, role) for role in WORKER_ROLES if getattr(cfg, role, None) is not None}
-    for name, section in (getattr(cfg, "rewards", None) or {}).items():
+    for name, section in (cfg.rewards or {}).items():
         sections[f"rewards.{name}"] = section
     return sections
 

@@ -191,7 +191,7 @@ class WorkerGroup:
         # A runtime_env of its own makes Ray start fresh worker processes instead of reusing the
         # prestarted ones: only when there are variables to set.
         runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
-        self.actors = []
+        self.actors: list[Any] = []  # Ray actor handles: their `.remote` methods are made at run time
         for rank in range(self.world_size):
             strategy = PlacementGroupSchedulingStrategy(
                 placement_group=group, placement_group_bundle_index=placement.bundle_index[rank]
@@ -201,10 +201,9 @@ class WorkerGroup:
                 actor_cls.options(**options, scheduling_strategy=strategy, runtime_env=runtime_env).remote(role, rank)
             )
         try:
-            if distributed:
-                rendezvous = self._rendezvous(start_timeout_s, backend_timeout_minutes)
-            else:
-                rendezvous = [None] * self.world_size
+            rendezvous: list[dict[str, Any] | None] = (
+                list(self._rendezvous(start_timeout_s, backend_timeout_minutes)) if distributed
+                else [None] * self.world_size)
             starts = [
                 actor.start.remote(worker_cls, role, tuple(init_args), rank, self.world_size, rendezvous[rank])
                 for rank, actor in enumerate(self.actors)

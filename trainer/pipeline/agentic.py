@@ -69,8 +69,9 @@ class AgenticPipeline(RLVRPipeline):
                  log: Callable[[str], None] = print) -> None:
         self.train_envs, self.val_envs = train_envs, val_envs
         # evaluation's episodes are fixed for the run; the train env manager is the loop's "sampler"
+        self.val_episodes = val_envs.episodes(None) if val_envs is not None else []
         super().__init__(cfg, emitter, groups=groups, tokenizer=tokenizer, train_prompts=[],
-                         eval_prompts=val_envs.episodes(None) if val_envs is not None else [],
+                         eval_prompts=self.val_episodes,
                          sampler=train_envs, log=log)
         self.infer_world = len(groups["actor_infer"].call_all(roles.Role.ping))
         self.setup = PlaySetup(self.generate_rows, tokenizer, chat_format(tokenizer), cfg.prompt_length,
@@ -185,7 +186,7 @@ class AgenticPipeline(RLVRPipeline):
         params = dataclasses.replace(sampling_params(cfg, section, n=1, seed=0, greedy=greedy),
                                      max_new_tokens=budget)
         with self.engine_session():
-            trajectories = self.play_episodes(self.val_envs, self.eval_prompts, params,
+            trajectories = self.play_episodes(self.val_envs, self.val_episodes, params,
                                               seed=sampling_seed(cfg, section))
         scores = torch.tensor([t.score for t in trajectories])
         return {"eval/reward/mean": float(scores.mean()), "eval/num_samples": float(len(trajectories)),

@@ -192,13 +192,15 @@ class _Replay:
             self.filter(line, r, fate)
         elif fate is None and batch is not None:
             out.problems.append(f"line {line + 1}: {ev} of batch {batch}, which was never drawn")
-        elif ev == "generate":
+        elif fate is None and ev in ("generate", "drop", "train"):
+            out.problems.append(f"line {line + 1}: {ev} without a batch number")
+        elif ev == "generate" and fate is not None:
             fate.generated += 1
             out.generated_samples += int(r["samples"])
-        elif ev == "drop":
+        elif ev == "drop" and fate is not None:
             fate.dropped += 1
             out.dropped_samples += int(r["samples"])
-        elif ev == "train":
+        elif ev == "train" and fate is not None:
             self.train(line, r, fate)
         elif ev == "end":
             out.finished = True

@@ -23,7 +23,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +37,7 @@ from trainer.algorithms.advantages import compute_advantages
 from trainer.algorithms.train_infer import MismatchFilter, MismatchWeight, correct_mismatch
 from trainer.checkpoint import core as ckpt
 from trainer.config import topology
+from trainer.config.schema import VllmConfig
 from trainer.config.topology import train_shape
 from trainer.models.batch import build_batch
 from trainer.pipeline import dynamic_sampling, resume_report, rewarding
@@ -164,7 +165,7 @@ class RLVRPipeline:
     """Owns the worker groups, the data sampler, the KL controller and the step counter."""
 
     def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: dict[str, Any], tokenizer: Any,
-                 train_prompts: list[dict], eval_prompts: list[dict], sampler: Any,
+                 train_prompts: list[dict], eval_prompts: Sequence[Any], sampler: Any,
                  log: Callable[[str], None] = print) -> None:
         self.cfg, self.emitter, self.groups, self.tokenizer = cfg, emitter, groups, tokenizer
         self.train_prompts, self.eval_prompts, self.sampler = train_prompts, eval_prompts, sampler
@@ -212,7 +213,7 @@ class RLVRPipeline:
         if resume is not None:
             held = self.load_checkpoint(resume, asked=asked or str(resume))
             self.log(f"resumed from {resume} at step {self.step}")
-        elif self.engine == "vllm" and cfg.actor_infer.strategy_args.strategy_config.load_format == "dummy":
+        elif isinstance(engine := topology.strategy_config(cfg.actor_infer), VllmConfig) and engine.load_format == "dummy":
             self.sync_weights()  # the engine started with random weights: push the policy's
         self.record_start(resume, held)
         self.emitter.status("running", step=self.step, total_steps=cfg.max_steps)
@@ -689,7 +690,7 @@ class RLVRPipeline:
         # val_n_sample responses per prompt; greedy when val_greedy is set or no sampling is configured
         n = cfg.val_n_sample
         greedy = cfg.val_greedy or section is None or section.generating_args is None
-        records = self.eval_prompts
+        records: list[dict] = list(self.eval_prompts)  # prompt records (the agentic loop overrides evaluate)
         all_scores = []
         with self.engine_session():
             for start in range(0, len(records), cfg.val_batch_size):

@@ -95,5 +95,7 @@ def open_emitter_at(output_dir: str | Path | None, run_id: str, attempt: int, re
     if output_dir is None:
         from trainer.telemetry.redis_stream import RedisStreamSink
 
+        if redis_url is None:
+            raise ValueError("nowhere to report the run: neither an output_dir nor a redis_url")
         return RunTelemetry(EventEmitter(run_id, attempt, [RedisStreamSink(redis_url, run_id)]))
     return RunTelemetry(open_event_emitter(output_dir, run_id, attempt, redis_url))

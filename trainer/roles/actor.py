@@ -31,7 +31,7 @@ from trainer.roles.common import (
     seed_training_role,
 )
 from trainer.roles.profiling import profiled
-from trainer.train.base import LossFn, weight_buckets
+from trainer.train.base import LossFn, TrainStrategy, weight_buckets
 from trainer.train.ppo_update import ppo_update
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class TrainedRole(RoleBase):
 
     cfg: PipelineConfig
     role_prefix: str
+    strategy: TrainStrategy
 
     def update(self, batch: dict[str, Tensor], step: int, loss_fn: LossFn) -> dict[str, float]:
         shape = train_shape(self.cfg, self.role, self.world_size)
@@ -125,8 +126,7 @@ class ActorTrainWorker(TrainedRole):
             args = role_section(self.cfg, self.role).model_args
             adapters.save_adapter(Path(path).parent / adapters.ADAPTER_DIR, state, args, model_path(self.cfg, self.role))
             state = lora.merged_state_dict(state, self.lora_scaling)
-        # megatron keeps the HF architecture as a weight-less skeleton (hf_model) next to its own model
-        getattr(self.strategy, "hf_model", self.strategy.model).save_pretrained(path, state_dict=state)
+        self.strategy.export_model().save_pretrained(path, state_dict=state)
         load_tokenizer(tokenizer_path).save_pretrained(path)
 
 

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from trainer.checkpoint.core import load_rank_rng, save_rank_rng
 from trainer.config import topology
+from trainer.config.schema import VllmConfig
 from trainer.config.topology import train_shape
 from trainer.models import adapters, lora
 from trainer.models.batch import response_logprobs, split_rows
@@ -21,7 +22,7 @@ from trainer.models.freezing import freeze_by_prefix, freeze_prefixes
 from trainer.models.micro_batches import MicroBatching, micro_batch, plan_groups
 from trainer.roles.profiling import ProfiledRole
 from trainer.train import PROCESS_GROUP_STRATEGIES, OptimConfig, TrainStrategy, build_strategy
-from trainer.train.base import StrategyBase, max_over_ranks
+from trainer.train.base import ForwardStrategy, max_over_ranks
 
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig, WorkerConfig
@@ -57,7 +58,7 @@ def load_role_model(cfg: PipelineConfig, role: str, *, training: bool = False) -
 
     section = role_section(cfg, role)
     args = section.model_args
-    attention = args.attn_implementation
+    attention: str | None = args.attn_implementation
     if section.use_sequence_packing:
         from trainer.models.packed_attention import packing_attention
 
@@ -93,7 +94,7 @@ def lora_served(cfg: PipelineConfig) -> bool:
     """Whether actor_infer's vllm engine serves actor_train's LoRA adapter itself (enable_lora) rather than
     receiving merged weights."""
     options = topology.strategy_config(cfg.actor_infer)
-    return lora.lora_enabled(cfg.actor_train.model_args) and bool(getattr(options, "enable_lora", False))
+    return lora.lora_enabled(cfg.actor_train.model_args) and isinstance(options, VllmConfig) and options.enable_lora
 
 
 def seed_training_role(cfg: PipelineConfig, role: str, rank: int, offset: int = 0) -> None:
@@ -194,7 +195,7 @@ def micro_batching(cfg: PipelineConfig, role: str, phase: str) -> MicroBatching 
     return MicroBatching(rows=rows, **spec) if spec or section.use_remove_padding else None
 
 
-def forward_in_chunks(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], strategy: StrategyBase,
+def forward_in_chunks(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], strategy: ForwardStrategy,
                       batch: dict[str, Tensor], chunk: int, spec: MicroBatching | None = None) -> Tensor:
     """fn(model, rows) over chunks of `chunk` rows under the strategy's forward_no_grad (which puts
     the rows on the strategy's device); this rank's rows, back on the CPU. With `spec` the chunks are
@@ -207,7 +208,7 @@ def forward_in_chunks(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], stra
     return torch.cat(out, dim=0)[own]
 
 
-def forward_micro_batches(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], strategy: StrategyBase,
+def forward_micro_batches(fn: Callable[[nn.Module, dict[str, Tensor]], Tensor], strategy: ForwardStrategy,
                           rows: dict[str, Tensor], spec: MicroBatching) -> Tensor:
     """fn over the micro-batches `spec` cuts, as many on every rank of the process group (a sharded
     model gathers its weights in each forward); each result [b, r ≤ R] written back to its rows,

@@ -83,6 +83,7 @@ class ProfiledRole:
     cfg: PipelineConfig
     _profile_step: int | None = None  # the step whose calls are profiled now; None: none (the fast path)
     _profile_settings: ProfileSettings | None = None
+    _profile_written: list[dict[str, Any]]  # set by the first profile_step
 
     def profile_step(self, step: int | None) -> list[dict[str, Any]]:
         """Profile this rank's compute calls from now on as step `step` (None: stop). Returns the files written

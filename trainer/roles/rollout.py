@@ -97,7 +97,7 @@ def vllm_engine(cfg: PipelineConfig, role: str, rank: int) -> Any:
 
     section = role_section(cfg, role)
     path = model_path(cfg, role)
-    options = section.strategy_args.strategy_config
+    options = topology.strategy_config(section)
     colocated = bool(set(section.device_mapping or ()) & set(cfg.actor_train.device_mapping or ()))
     policy = cfg.actor_train.model_args
     kwargs = engine_kwargs(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
 from torch import nn
 
 from trainer.train.base import (
@@ -45,8 +46,9 @@ __all__ = [
 ]
 
 
-def _as_mapping(strategy_config: Mapping[str, Any] | Any | None) -> Mapping[str, Any] | None:
-    return strategy_config.model_dump(exclude_unset=True) if hasattr(strategy_config, "model_dump") else strategy_config
+def _as_mapping(strategy_config: Mapping[str, Any] | BaseModel | None) -> Mapping[str, Any] | None:
+    """A strategy's options as the keys the config set: a typed section's, or a mapping as it is."""
+    return strategy_config.model_dump(exclude_unset=True) if isinstance(strategy_config, BaseModel) else strategy_config
 
 
 def build_strategy(

@@ -17,12 +17,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
+
+from trainer.config.schema import TrainingArgs
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 T = TypeVar("T")
 
@@ -74,31 +79,23 @@ class OptimConfig:
         self.betas = (float(self.betas[0]), float(self.betas[1]))
 
     @classmethod
-    def from_training_args(cls, training_args: Any, num_training_steps: int) -> OptimConfig:
-        """Read the HF-TrainingArguments names ROLL uses (`learning_rate`, `adam_beta1`, …) from a
-        mapping or an object; missing names keep this class's defaults. `warmup_ratio` applies
-        when `warmup_steps` is 0."""
-
-        def get(name: str, default: Any) -> Any:
-            if isinstance(training_args, Mapping):
-                value = training_args.get(name, default)
-            else:
-                value = getattr(training_args, name, default)
-            return default if value is None else value
-
-        defaults = cls()
-        warmup_steps = int(get("warmup_steps", 0)) or round(float(get("warmup_ratio", 0.0)) * num_training_steps)
+    def from_training_args(cls, training_args: TrainingArgs | Mapping[str, Any], num_training_steps: int) -> OptimConfig:
+        """From a role's typed `training_args` (HF-TrainingArguments names, as ROLL has them), or a mapping of
+        them, validated as that section (a misspelt name is an error, never a silent default). `warmup_ratio`
+        applies when `warmup_steps` is 0."""
+        args = training_args if isinstance(training_args, TrainingArgs) else TrainingArgs.model_validate(training_args)
+        warmup_steps = args.warmup_steps or round(args.warmup_ratio * num_training_steps)
         return cls(
-            lr=float(get("learning_rate", defaults.lr)),
-            weight_decay=float(get("weight_decay", defaults.weight_decay)),
-            betas=(float(get("adam_beta1", 0.9)), float(get("adam_beta2", 0.999))),
-            eps=float(get("adam_epsilon", defaults.eps)),
+            lr=args.learning_rate,
+            weight_decay=args.weight_decay,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_epsilon,
             warmup_steps=warmup_steps,
-            lr_scheduler_type=str(get("lr_scheduler_type", "constant")),
+            lr_scheduler_type=args.lr_scheduler_type,
             num_training_steps=num_training_steps,
-            max_grad_norm=get("max_grad_norm", defaults.max_grad_norm),
-            min_lr_ratio=float(get("min_lr_ratio", 0.0)),
-            optimizer=str(get("optim", "adamw")),
+            max_grad_norm=args.max_grad_norm,
+            min_lr_ratio=args.min_lr_ratio,
+            optimizer=args.optim,
         )
 
 
@@ -107,8 +104,11 @@ class ForwardStrategy(Protocol):
 
     model: nn.Module
     device: torch.device
+    data_parallel: DataParallel
 
     def forward_no_grad(self, fn: ForwardFn[T], batch: Mapping[str, Tensor]) -> T: ...
+
+    def join_model_parallel_rows(self, batch: Mapping[str, Any]) -> tuple[dict[str, Any], slice]: ...
 
     def full_state_dict(self) -> dict[str, Tensor]: ...
 
@@ -119,6 +119,11 @@ class TrainStrategy(ForwardStrategy, Protocol):
     def save_checkpoint(self, path: Path) -> None: ...
 
     def load_checkpoint(self, path: Path) -> None: ...
+
+    def full_weights(self, *, device: torch.device | str, dtype: torch.dtype,
+                     bucket_bytes: int) -> Iterator[dict[str, Tensor]]: ...
+
+    def export_model(self) -> PreTrainedModel: ...
 
     def progress(self) -> dict[str, int | None]:
         """{"optimizer_step": updates applied, "scheduler_step": the LR schedule's position} (None where
@@ -158,6 +163,11 @@ class StrategyBase:
 
     def forward_model(self) -> nn.Module:
         return self.model
+
+    def export_model(self) -> PreTrainedModel:
+        """The Hugging Face module whose `save_pretrained` writes the full weights it is handed (Megatron
+        keeps a weight-less HF skeleton beside its own model)."""
+        return cast("PreTrainedModel", self.model)
 
     def compute_context(self) -> AbstractContextManager[Any]:
         return contextlib.nullcontext()

@@ -112,7 +112,7 @@ def build_ds_config(
     """The dict for `deepspeed.initialize(config=...)`. `shape` given: a training role (its owned
     keys are checked, then derived); None: forward-only (one sample per micro-batch, no clipping)."""
     train = shape is not None
-    if train:
+    if shape is not None:
         if shape.dp != world_size:
             raise ValueError(f"deepspeed_train: the topology's data-parallel size {shape.dp} differs from the "
                              f"{world_size} ranks the role runs on")

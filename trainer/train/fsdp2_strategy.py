@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -83,7 +83,7 @@ class FSDP2Strategy(TrainStrategyBase):
     def full_state_dict(self) -> dict[str, Tensor]:
         """Unsharded CPU tensors on rank 0; `{}` on the other ranks. Collective: call on all ranks."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return get_model_state_dict(self.model, options=options)
+        return cast(dict[str, Tensor], get_model_state_dict(self.model, options=options))
 
     def save_checkpoint(self, path: Path) -> None:
         """Collective: call on all ranks with the same (shared-filesystem) path."""
@@ -102,7 +102,7 @@ class FSDP2Strategy(TrainStrategyBase):
         load_rank_rng(path, self.rank, self.world_size)  # first: a missing file names a world-size change
         # get_state_dict initialises the lazy AdamW state, so dcp.load has tensors to load into.
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_state, "optimizer": optim_state}
+        state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
         dcp.load(state, checkpoint_id=path / "dcp")
         set_state_dict(
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
@@ -132,7 +132,8 @@ class FSDP2Forward(StrategyBase):
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """Unsharded CPU tensors on rank 0; `{}` on the other ranks. Collective."""
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return cast(dict[str, Tensor], get_model_state_dict(self.model, options=options))
 
 
 def shard_model(model: nn.Module, device: torch.device, world_size: int, options: dict[str, Any]) -> nn.Module:

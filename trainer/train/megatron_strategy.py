@@ -41,11 +41,12 @@ import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from transformers import PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from trainer.checkpoint.core import get_rng_state, set_rng_state
@@ -212,9 +213,10 @@ def build_chunks(
 
 def unwrap(module: nn.Module) -> GPTModel:
     """The GPTModel inside DDP / Float16Module wrappers."""
-    while hasattr(module, "module"):
-        module = module.module
-    return module
+    inner: Any = module
+    while hasattr(inner, "module"):
+        inner = inner.module
+    return inner
 
 
 def global_layers(model: GPTModel) -> list[int]:
@@ -305,7 +307,7 @@ class StageOutput(nn.Module):
         return logprobs
 
 
-def _all_reduce(tensor: Tensor, op: dist.ReduceOp, group: Any) -> Tensor:
+def _all_reduce(tensor: Tensor, op: Any, group: Any) -> Tensor:  # op: a dist.ReduceOp member
     dist.all_reduce(tensor, op=op, group=group)
     return tensor
 
@@ -333,7 +335,7 @@ class PipelineModel(nn.Module):
         batch |= {"position_ids": position_ids} if position_ids is not None else {}
         if self.runner.layout.head == "value":
             return self.runner.forward_only(batch, lambda out: out())
-        return CausalLMOutputWithPast(logits=self.runner.forward_only(batch, lambda out: out().logits))
+        return CausalLMOutputWithPast(logits=cast(torch.FloatTensor, self.runner.forward_only(batch, lambda out: out().logits)))
 
     def response_logprobs(self, batch: Mapping[str, Tensor], temperature: float) -> Tensor:
         return self.runner.forward_only(batch, lambda out: out.response_logprobs(batch, temperature))
@@ -362,7 +364,7 @@ class _MegatronModel(StrategyBase):
         self.rank, self.device = rank, torch.device(device)
         self.options = parse_strategy_config(strategy_config)
         head: Head = "value" if isinstance(model, ValueModel) else "lm"
-        hf_config = (model.backbone if head == "value" else model).config
+        hf_config = cast(nn.Module, model.backbone if isinstance(model, ValueModel) else model).config
         self.layout = gpt_layout(hf_config, head)
         check_model_parallel(self.layout, self.options, world_size, te=HAVE_TE)
         dtype = next(model.parameters()).dtype
@@ -382,10 +384,10 @@ class _MegatronModel(StrategyBase):
             loaded = dist_checkpointing.load(self._model_sharded_state(chunks), self.options.init_checkpoint)
             for key, chunk in zip(self._model_keys(chunks), chunks, strict=True):
                 load_exactly(chunk, loaded[key])
-        self.hf_model = model.to(
+        self.hf_model: nn.Module = model.to(
             "meta"
         )  # the architecture for save_pretrained, without a second copy of the weights
-        self.chunks: list[nn.Module] = [
+        self.chunks: list[Any] = [  # megatron modules: methods (zero_grad_buffer, …) beyond nn.Module's
             Float16Module(self.config, c) if dtype != torch.float32 else c for c in chunks
         ]
         self.model = nn.ModuleList(self.chunks)
@@ -458,9 +460,10 @@ class _MegatronModel(StrategyBase):
     def _from_last_stage(self, tensor: Tensor | None) -> Tensor:
         """The last pipeline stage's tensor on every stage of this rank's pipeline group."""
         if self.options.pp == 1:
+            assert tensor is not None, "a single pipeline stage is the last stage"
             return tensor
         group, src = ps.get_pipeline_model_parallel_group(), ps.get_pipeline_model_parallel_last_rank()
-        meta = [(tuple(tensor.shape), tensor.dtype, tensor.device.type) if tensor is not None else None]
+        meta: list[Any] = [(tuple(tensor.shape), tensor.dtype, tensor.device.type) if tensor is not None else None]
         dist.broadcast_object_list(meta, src=src, group=group)
         shape, dtype, device_type = meta[0]
         device = self.device if device_type == self.device.type else torch.device(device_type)
@@ -470,6 +473,9 @@ class _MegatronModel(StrategyBase):
 
     def forward_model(self) -> nn.Module:
         return PipelineModel(self)
+
+    def export_model(self) -> PreTrainedModel:
+        return cast("PreTrainedModel", self.hf_model)
 
     # full weights ---------------------------------------------------------------------------------
 
@@ -505,9 +511,9 @@ class _MegatronModel(StrategyBase):
             return {}
         if self.options.pp == 1:
             return part
-        stages: list[Any] = [None] * self.options.pp if self.rank == 0 else None
+        stages: list[Any] | None = [None] * self.options.pp if self.rank == 0 else None
         dist.gather_object(part, stages, dst=0, group=ps.get_pipeline_model_parallel_group())
-        return {k: v for stage in stages for k, v in stage.items()} if self.rank == 0 else {}
+        return {k: v for stage in stages for k, v in stage.items()} if stages is not None else {}
 
     def _gather_tensor_parallel(self, tensors: Mapping[str, Tensor]) -> list[dict[str, Tensor]]:
         """`tensors` from every TP rank of this stage, in TP-rank order."""
@@ -612,7 +618,7 @@ class MegatronStrategy(_MegatronModel):
             return value, no_count, {"loss": float(value.detach()), "metrics": metrics}
 
         reduced = self._schedule(micro_batches, loss, forward_only=False)
-        summary = [_summarise(reduced)] if reduced else [None]
+        summary: list[Any] = [_summarise(reduced)] if reduced else [None]
         if self.options.pp > 1:
             dist.broadcast_object_list(
                 summary,

@@ -10,6 +10,7 @@ the optimizer state stay fp32, as plain PyTorch training on a GPU does. fp16 add
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ COMPUTE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.f
 STRATEGY_CONFIG_KEYS = ("param_dtype",)
 
 
-def compute_dtype(model: nn.Module, strategy_config: dict[str, Any] | None) -> torch.dtype:
+def compute_dtype(model: nn.Module, strategy_config: Mapping[str, Any] | None) -> torch.dtype:
     """The dtype torch_train computes in: strategy_config.param_dtype when set, else the dtype the
     model was loaded in (model_args.dtype)."""
     options = dict(strategy_config or {})

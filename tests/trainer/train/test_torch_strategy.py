@@ -145,3 +145,15 @@ def test_optim_config_from_training_args() -> None:
     cfg = OptimConfig.from_training_args(args, num_training_steps=50)
     assert (cfg.lr, cfg.betas, cfg.warmup_steps, cfg.num_training_steps) == (3e-6, (0.9, 0.95), 5, 50)
     assert cfg.lr_scheduler_type == "linear" and cfg.max_grad_norm == 1.0
+
+
+def test_optim_config_reads_the_typed_section_and_refuses_a_misspelt_name() -> None:
+    from pydantic import ValidationError
+
+    from trainer.config.schema import TrainingArgs
+
+    typed = TrainingArgs(learning_rate=0.25, optim="sgd", warmup_ratio=0.1)
+    cfg = OptimConfig.from_training_args(typed, num_training_steps=40)
+    assert (cfg.lr, cfg.optimizer, cfg.warmup_steps) == (0.25, "sgd", 4)
+    with pytest.raises(ValidationError, match="learning_rat"):  # never a silent fall-back to the default lr
+        OptimConfig.from_training_args({"learning_rat": 0.1}, num_training_steps=10)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlparse
 
 import dj_database_url
 
@@ -244,6 +245,16 @@ POLICYLAB_QUOTA_SAMPLES_PER_STEP = int(os.environ.get("POLICYLAB_QUOTA_SAMPLES_P
 POLICYLAB_WS_ACCESS_RECHECK_S = float(os.environ.get("POLICYLAB_WS_ACCESS_RECHECK_S", "2"))
 # A rollout search (GET /api/runs/N/rollouts/?q=) is stopped past this many seconds (policylab.query_budget).
 POLICYLAB_ROLLOUT_SEARCH_BUDGET_S = float(os.environ.get("POLICYLAB_ROLLOUT_SEARCH_BUDGET_S", "5"))
+# Outbound calls of a run (trainer.config.outbound: judge_api_url, code_url): public addresses only, besides
+# the hosts or URL prefixes listed here (comma-separated, e.g. "judge.internal,http://10.0.0.5:9000/v1"); the
+# ports of the platform's own services stay refused on this machine even when listed.
+POLICYLAB_OUTBOUND_ALLOW = os.environ.get("POLICYLAB_OUTBOUND_ALLOW", "")
+POLICYLAB_OUTBOUND_DENY = sorted(
+    {8000, 8265, 6379, 5432}
+    | {port for port in (urlparse(RAY_ADDRESS).port, urlparse(REDIS_URL).port) if port}
+    | ({int(DATABASES["default"]["PORT"])} if str(DATABASES["default"].get("PORT") or "").isdigit() else set())
+    | {int(p) for p in os.environ.get("POLICYLAB_OUTBOUND_DENY", "").split(",") if p.strip().isdigit()}
+)
 # The environment variables `${oc.env:…}` may read in a run's trainer (comma-separated globs).
 POLICYLAB_CONFIG_ENV_ALLOW = os.environ.get("POLICYLAB_CONFIG_ENV_ALLOW", "HOME,USER,TMPDIR,POLICYLAB_DATA_*")
 

@@ -70,6 +70,8 @@ from trainer.config.confinement import (
     rebase_paths,
 )
 from trainer.config.loading import ENV_ALLOW_VAR
+from trainer.config.outbound import ALLOW_VAR as OUTBOUND_ALLOW_VAR
+from trainer.config.outbound import DENY_VAR as OUTBOUND_DENY_VAR
 from trainer.config.secrets import RUN_SECRETS_VAR, referenced_names
 from trainer.telemetry.redis_stream import stream_key
 
@@ -155,6 +157,9 @@ def runtime_env(secrets: Mapping[str, str] | None = None) -> dict[str, Any]:
         URL_PREFIXES_VAR: ",".join(settings.POLICYLAB_URL_PREFIXES),
         SYSTEM_ENVS_ALLOW_VAR: ",".join(settings.POLICYLAB_SYSTEM_ENVS_ALLOW),
         ENV_ALLOW_VAR: settings.POLICYLAB_CONFIG_ENV_ALLOW,
+        # the judge and code sandbox URLs a run may call (trainer.config.outbound)
+        OUTBOUND_ALLOW_VAR: settings.POLICYLAB_OUTBOUND_ALLOW,
+        OUTBOUND_DENY_VAR: ",".join(str(port) for port in settings.POLICYLAB_OUTBOUND_DENY),
     }
     if settings.POLICYLAB_TRAINER_PYTHONPATH:
         env_vars["PYTHONPATH"] = str(settings.POLICYLAB_TRAINER_PYTHONPATH)

@@ -1128,7 +1128,8 @@ class RewardWorkerConfig(WorkerConfig):
     )
     judge_api_key: str | None = fld(
         None, category="Reward processing",
-        description="llm_judge (api): sent as `Authorization: Bearer <key>`; prefer ${oc.env:…} over writing it here. "
+        description="llm_judge (api): sent as `Authorization: Bearer <key>`; write ${secret:NAME}, a team secret (stored encrypted, "
+        "resolved only in the trainer, never shown), rather than the key itself (shown <redacted>, with a warning). "
         "Never logged, and blanked in the config trackers upload.",
     )
     reward_manager_config: list[dict[str, Any]] = fld_factory(

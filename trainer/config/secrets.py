@@ -1,4 +1,4 @@
-"""Team secrets in a config: `${secret:NAME}` (docs/decisions/0044-team-secrets.md).
+"""Team secrets in a config: `${secret:NAME}` (docs/decisions/0045-team-secrets.md).
 
 A config names a secret and never holds it. Loading keeps the reference as written (the `secret` resolver
 returns it unchanged), so every copy of a config (the experiment's snapshot, the run directory's
@@ -130,8 +130,8 @@ def plain_secret_issues(tree: Any, path: str = "") -> list[ConfigIssue]:
         if isinstance(value, Mapping | list):
             issues += plain_secret_issues(value, here)
         elif is_secret_key(str(key)) and _shown(value) == REDACTED and "${" not in value:  # not an interpolation
-            issues.append(ConfigIssue(here, "a credential written in the config: store it as a team secret (Team "
-                                            "page, or POST /api/teams/<id>/secrets/) and write ${secret:NAME}; the "
+            issues.append(ConfigIssue(here, "a credential written in the config: store it as a team secret (POST "
+                                            "/api/teams/<id>/secrets/, by an admin) and write ${secret:NAME}; the "
                                             "value is hidden from the config's viewers either way", "warning"))
     return issues
 

@@ -1,4 +1,4 @@
-"""Team secrets: stored encrypted, listed by name, never read back (docs/decisions/0044-team-secrets.md).
+"""Team secrets: stored encrypted, listed by name, never read back (docs/decisions/0045-team-secrets.md).
 
 An admin of a team sets, replaces and deletes them; every member, viewers included, sees the names, who set
 each and when. The value is encrypted with Fernet (`cryptography`: AES-128-CBC + HMAC-SHA256) under the
@@ -104,7 +104,7 @@ def missing_names(team: Team, names: Iterable[str]) -> str | None:
         return None
     listed = ", ".join(sorted(have)) or "none yet"
     return (f"${{secret:{missing[0]}}}: team {team.slug!r} has no secret named {', '.join(missing)} (its secrets: "
-            f"{listed}); an admin of the team adds it on the Tokens page or with POST /api/teams/{team.pk}/secrets/")
+            f"{listed}); an admin of the team adds it with POST /api/teams/{team.pk}/secrets/")
 
 
 def values_for_run(team: Team, names: Iterable[str]) -> dict[str, str]:

@@ -25,6 +25,7 @@ from trainer.config.importers.engines import name_the_override
 from trainer.config.introspect import key_locations, models_in
 from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
 from trainer.config.loading import helper_variables, load_raw_with_issues
+from trainer.config.outbound import OutboundRefused, precheck
 from trainer.config.presets import owned_key_conflicts
 from trainer.config.registries import (
     BUILT_STRATEGIES,
@@ -956,10 +957,21 @@ def _check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
         local = (reward.reward_type or from_cls) == "code_sandbox" and reward.use_local
         if local and (refusal := local_sandbox_refusal()):  # untrusted code runs under bubblewrap or not at all
             issues.append(_error(f"{path}.use_local", refusal.removeprefix("use_local: ")))
+        issues += _outbound_issues(path, "code_url", reward.code_url)
     return issues
 
 
 JUDGE_API_FIELDS = ("judge_model_name", "judge_api_url", "judge_api_key")
+
+
+def _outbound_issues(path: str, name: str, url: str | None) -> list[ConfigIssue]:
+    """A URL the run will call, checked against the deployment's outbound policy (trainer.config.outbound)."""
+    try:
+        if url:
+            precheck(url, f"{path}.{name}")
+    except OutboundRefused as exc:
+        return [_error(f"{path}.{name}", str(exc).removeprefix(f"{path}.{name}: "))]
+    return []
 
 
 def _judge_issues(config: PipelineConfig, path: str, reward: Any, is_judge: bool) -> list[ConfigIssue]:
@@ -981,9 +993,7 @@ def _judge_issues(config: PipelineConfig, path: str, reward: Any, is_judge: bool
                    for name, description in (("judge_api_url", "the API's base URL, e.g. https://host/v1"),
                                              ("judge_model_name", "the model name each request sends"))
                    if not getattr(reward, name)]
-        url = reward.judge_api_url
-        if url and not url.startswith(("http://", "https://")):
-            issues.append(_error(f"{path}.judge_api_url", f"{url!r} is not an http:// or https:// URL"))
+        issues += _outbound_issues(path, "judge_api_url", reward.judge_api_url)
     else:
         if not (reward.model_args.model_name_or_path or config.reward_pretrain):
             issues.append(_error(f"{path}.model_args.model_name_or_path", "judge_model_type inference generates "

@@ -35,8 +35,6 @@ import os
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +42,14 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from trainer.config.bubblewrap import local_sandbox_refusal
+from trainer.config.outbound import (
+    OutboundFailed,
+    OutboundRefused,
+    Resolver,
+    post_json,
+    precheck,
+    system_resolver,
+)
 from trainer.rewards.sandbox import SandboxLimits, run_python, sandbox_layers
 
 CASE_TYPES = ("input", "assert", "pytest", "check_based", "text")
@@ -201,37 +207,47 @@ def local_runner(limits: SandboxLimits) -> Runner:
     return run
 
 
-def http_runner(url: str, timeout_s: float) -> Runner:
+def http_runner(url: str, timeout_s: float, resolver: Resolver = system_resolver) -> Runner:
     """Runs a case on a SandboxFusion-style service, as ROLL's CodeTester speaks to it: POST
     `{code, language, stdin, expected_stdout, compile_timeout, run_timeout}`; the answer's `status` is
-    Success, Failed or SandboxError (retried), its `run_result.stdout` the program's output."""
+    Success, Failed or SandboxError (retried), its `run_result.stdout` the program's output. Each request goes
+    through the outbound policy (trainer.config.outbound)."""
 
     def run(case: Case) -> tuple[bool, str]:
         body = {"code": case.program, "language": case.language, "stdin": case.stdin,
                 "expected_stdout": case.expected or "", "compile_timeout": timeout_s, "run_timeout": timeout_s}
-        answer = _post_with_retries(url, body, timeout_s + 30)
+        answer = _post_with_retries(url, body, timeout_s + 30, resolver)
         return answer.get("status") == "Success", str((answer.get("run_result") or {}).get("stdout") or "")
 
     return run
 
 
-def _post_with_retries(url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    data = json.dumps(body).encode()
+def _post_with_retries(url: str, body: dict[str, Any], timeout_s: float, resolver: Resolver) -> dict[str, Any]:
+    """The service's answer; retried on no answer, HTTP 408 / 429 / 5xx, a body that is not JSON and
+    SandboxError. A URL the outbound policy refuses and any other HTTP status fail at once. What the
+    service wrote is never quoted."""
     last = ""
     for attempt in range(HTTP_TRIES):
         if attempt:
             time.sleep(HTTP_RETRY_WAIT_S)
-        request = urllib.request.Request(url, data=data, method="POST",
-                                         headers={"Content-Type": "application/json", "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                answer = json.loads(response.read())
-        except (urllib.error.URLError, TimeoutError, OSError, json.JSONDecodeError) as exc:
+            answer = post_json(url, body, "code_url", timeout_s=timeout_s, resolver=resolver)
+        except OutboundRefused:
+            raise
+        except OutboundFailed as exc:
             last = str(exc)
+            if exc.status is None or exc.status in (408, 429) or exc.status >= 500:
+                continue
+            raise RuntimeError(f"code_url {url}: {last}") from None
+        except ValueError:
+            last = "an answer that is not JSON"
+            continue
+        if not isinstance(answer, dict):
+            last = "an answer that is not a JSON object"
             continue
         if answer.get("status") != "SandboxError":
             return answer
-        last = f"SandboxError: {answer.get('message', '')}"
+        last = "status SandboxError"
     raise RuntimeError(f"code_url {url}: the sandbox service did not answer after {HTTP_TRIES} tries ({last})")
 
 
@@ -260,8 +276,8 @@ class CodeSandboxOptions:
         refusal = local_sandbox_refusal() if self.use_local else None
         if refusal:
             raise ValueError(refusal)
-        if self.code_url and not self.code_url.startswith(("http://", "https://")):
-            raise ValueError(f"code_url: {self.code_url!r} is not an http:// or https:// URL")
+        if self.code_url:
+            precheck(self.code_url, "code_url")  # and again before each request
         if self.python is not None and not os.access(self.python, os.X_OK):
             raise ValueError(f"reward_kwargs.python: {self.python!r} is not an executable Python interpreter")
         if self.concurrency is not None and self.concurrency < 1:

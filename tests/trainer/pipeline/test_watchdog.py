@@ -22,6 +22,16 @@ def test_the_bound_is_the_override_else_the_learned_median_else_the_first_bound(
     assert phase_bound([1.0, 1.0, 1.0], bounds, "eval") == 7
 
 
+def test_one_slow_outlier_does_not_stretch_the_bound() -> None:
+    """The bound follows the typical duration (the median), not the mean an outlier drags up: with
+    [1, 1, 1, 50] s the phase takes 1 s, so factor 10 gives 10 s (the mean, 13.25 s, would give 132.5 s)."""
+    bounds = Bounds(factor=10, floor_s=5, window=4, min_samples=3)
+    assert phase_bound([1.0, 1.0, 1.0, 50.0], bounds, "generate") == 10
+    assert phase_bound([1.0, 50.0, 1.0, 1.0], bounds, "generate") == 10  # wherever the outlier falls
+    # the shipped defaults (factor 10, floor 60 s): the floor, not 132.5 s
+    assert phase_bound([1.0, 1.0, 1.0, 50.0], Bounds(), "generate") == 60
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 0.0

@@ -116,6 +116,8 @@ class RolloutSample(models.Model):
             models.Index(fields=["run", "success"], name="rollout_run_success"),
             models.Index(fields=["run", "num_turns"], name="rollout_run_num_turns"),
             models.Index(fields=["run", "prompt_hash", "step"], name="rollout_run_prompt_step"),
+            # the inspector's stop-reason list on every search (selectors.stop_reasons), read from the index alone
+            models.Index(fields=["run", "stop_reason"], name="rollout_run_stop_reason"),
         ]
 
 

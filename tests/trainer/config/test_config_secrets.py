@@ -115,3 +115,9 @@ def test_plain_credentials_are_redacted_for_display() -> None:
 ])
 def test_plain_credentials_in_config_text_are_redacted(text: str, shown: str) -> None:
     assert redact_config_text(text) == shown
+
+
+def test_a_redacted_value_copied_from_a_shown_config_is_refused() -> None:
+    result = validate_config(changed({"rewards.judge": {**JUDGE, "judge_api_key": REDACTED}}))
+    assert [(i.path, i.severity) for i in result.errors] == [("rewards.judge.judge_api_key", "error")]
+    assert "${secret:NAME}" in result.errors[0].message

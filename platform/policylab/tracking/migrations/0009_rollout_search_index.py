@@ -7,13 +7,16 @@ response found by any substring of three characters or more without reading ever
 - PostgreSQL: pg_trgm GIN indexes on UPPER(prompt) and UPPER(response), the expressions Django's `icontains`
   compares, so the same query uses them.
 
+Also an index on (run, stop_reason): every search answers with the run's stop reasons, which read the whole
+run without it (most of the 1.1-2.4 s issue 41 measured, whatever the query).
+
 Django never learns of these objects (no model state): the selector reaches the FTS table by name. A later
 migration that rebuilds tracking_rolloutsample on SQLite (Django does that to alter a column) drops the
 triggers with the old table; tests/platform/tracking/test_rollout_search_index.py fails until they are made
 again (re-run `create_sqlite` below in that migration).
 """
 
-from django.db import migrations
+from django.db import migrations, models
 
 FTS = "tracking_rolloutsample_fts"
 SAMPLES = "tracking_rolloutsample"
@@ -80,4 +83,8 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(create, drop, elidable=False),
+        migrations.AddIndex(
+            model_name='rolloutsample',
+            index=models.Index(fields=['run', 'stop_reason'], name='rollout_run_stop_reason'),
+        ),
     ]

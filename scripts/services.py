@@ -13,7 +13,13 @@ group and nothing else. Nothing here runs `ray stop` or touches processes it did
 A service that exits while `up` runs is started again (Platform.restart_dead).
 
 Environment (same names as the Django settings): REDIS_URL, RAY_ADDRESS, DATABASE_URL,
-POLICYLAB_RUNS_DIR. A Redis or Ray head that already answers at those addresses is used as is.
+POLICYLAB_RUNS_DIR, POLICYLAB_RAY_AUTH_TOKEN_PATH. A Redis or Ray head that already answers at those
+addresses is used as is.
+
+The Ray cluster started here runs with Ray's token authentication (RAY_AUTH_MODE=token): its dashboard, job
+API and GCS refuse any request without the deployment's token, which is generated once into
+`<var>/ray_auth_token` (mode 0600) and handed to Ray's processes as a path (RAY_AUTH_TOKEN_PATH), to the
+platform's processes as POLICYLAB_RAY_AUTH_TOKEN_PATH (docs/decisions/0047).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -33,6 +40,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +50,9 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_RAY_ADDRESS = "http://127.0.0.1:8265"
 # Ray hands ports 10002-19999 to its workers by default: nothing we pick may fall in there.
 RAY_WORKER_PORTS = range(10002, 20000)
+
+
+RAY_TOKEN_PATH_VAR = "POLICYLAB_RAY_AUTH_TOKEN_PATH"  # the platform's processes read the Ray token here
 
 
 class ServiceError(RuntimeError):
@@ -282,20 +293,67 @@ def start_postgres(port: int | None = None, timeout: float = 60.0) -> Service:
 
 # --- Ray head ----------------------------------------------------------------------------------
 
-def ray_answers(address: str, timeout: float = 1.0) -> bool:
-    """True when the Ray dashboard at `address` serves the job API."""
+def ray_token_path(var_dir: Path = DEFAULT_VAR_DIR) -> Path:
+    """The deployment's Ray token file ($POLICYLAB_RAY_AUTH_TOKEN_PATH, else <var_dir>/ray_auth_token),
+    generated on first use: 256 random bits, readable by this user only."""
+    path = Path(os.environ.get(RAY_TOKEN_PATH_VAR) or var_dir / "ray_auth_token")
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with urllib.request.urlopen(f"{address.rstrip('/')}/api/version", timeout=timeout) as response:
-            return "ray_version" in json.loads(response.read())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))
+    return path
+
+
+def ray_headers(token_path: Path | None) -> dict[str, str]:
+    """The Authorization header Ray's token authentication expects; {} without a token file."""
+    try:
+        token = token_path.read_text().strip() if token_path else ""
+    except FileNotFoundError:
+        return {}
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def ray_node_env(token_path: Path) -> dict[str, str]:
+    """The environment of a Ray node started here: token authentication, the token given as a file (a path
+    in the environment of Ray's processes and job drivers, not the token itself), no drain on SIGTERM (a
+    local node has no traffic to hand over, and draining delays teardown)."""
+    env = service_env({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path),
+                       "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
+    env.pop("RAY_AUTH_TOKEN", None)
+    return env
+
+
+def _ray_get(url: str, timeout: float, token_path: Path | None) -> Any:
+    request = urllib.request.Request(url, headers=ray_headers(token_path))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def ray_answers(address: str, timeout: float = 1.0, token_path: Path | None = None) -> bool:
+    """True when the Ray dashboard at `address` serves the job API (to this token, when it demands one)."""
+    try:
+        return "ray_version" in _ray_get(f"{address.rstrip('/')}/api/version", timeout, token_path)
     except (OSError, ValueError, urllib.error.URLError):
         return False
 
 
-def ray_nodes(address: str, timeout: float = 2.0) -> list[dict]:
+def ray_auth_mode(address: str, timeout: float = 1.0) -> str:
+    """The cluster's authentication mode as its dashboard reports it (a public route): token or disabled."""
+    try:
+        return str(_ray_get(f"{address.rstrip('/')}/api/authentication_mode", timeout, None).get("mode"))
+    except (OSError, ValueError, AttributeError, urllib.error.URLError):
+        return "unknown"
+
+
+def ray_nodes(address: str, timeout: float = 2.0, token_path: Path | None = None) -> list[dict]:
     """The nodes the cluster's state API lists (alive and dead), [] when it does not answer."""
     try:
         url = f"{address.rstrip('/')}/api/v0/nodes?detail=true&limit=1000"
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        request = urllib.request.Request(url, headers=ray_headers(token_path))
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return list(json.loads(response.read())["data"]["result"]["result"])
     except (OSError, ValueError, KeyError, TypeError, urllib.error.URLError):
         return []
@@ -358,11 +416,12 @@ def start_ray_head(var_dir: Path = DEFAULT_VAR_DIR, *, dashboard_port: int = 826
             *(f"{flag}={port}" for flag, port in ports.items()),
             *_ray_node_argv(resources, worker_ports, object_store_memory)]
     address = f"http://127.0.0.1:{dashboard_port}"
-    # No drain on SIGTERM: a local head has no traffic to hand over, and draining delays teardown.
-    env = service_env({"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
-    service = _spawn("ray-head", argv, var_dir / "logs" / f"ray-head-{dashboard_port}.log", address, env)
-    service.extra |= {"gcs_address": f"127.0.0.1:{gcs_port}", "temp_dir": str(temp_dir)}
-    wait_until(lambda: ray_answers(address), timeout, service, "job API")
+    token_path = ray_token_path(var_dir)
+    service = _spawn("ray-head", argv, var_dir / "logs" / f"ray-head-{dashboard_port}.log", address,
+                     ray_node_env(token_path))
+    service.extra |= {"gcs_address": f"127.0.0.1:{gcs_port}", "temp_dir": str(temp_dir),
+                      "token_path": str(token_path)}
+    wait_until(lambda: ray_answers(address, token_path=token_path), timeout, service, "job API")
     return service
 
 
@@ -387,13 +446,14 @@ def start_ray_node(head: Service, var_dir: Path = DEFAULT_VAR_DIR, *, index: int
             *(f"{flag}={port}" for flag, port in ports.items()),
             *_ray_node_argv(resources, worker_ports, object_store_memory)]
     started_ms = time.time() * 1000 - 1000
-    env = service_env({"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"})
-    service = _spawn(f"ray-node-{index}", argv, var_dir / "logs" / f"ray-node-{index}.log", head.address, env)
+    token_path = Path(head.extra["token_path"])  # the head's: one token for the whole cluster
+    service = _spawn(f"ray-node-{index}", argv, var_dir / "logs" / f"ray-node-{index}.log", head.address,
+                     ray_node_env(token_path))
 
     def joined() -> bool:
         return any(node.get("state") == "ALIVE" and node.get("start_time_ms", 0) >= started_ms
                    and all(name in node.get("resources_total", {}) for name in resources or {})
-                   for node in ray_nodes(head.address))
+                   for node in ray_nodes(head.address, token_path=token_path))
 
     wait_until(joined, timeout, service, f"node {index} alive in the cluster")
     return service
@@ -546,6 +606,7 @@ def running_services(only: tuple[str, ...] = ALL_SERVICES, *, var_dir: Path = DE
         "REDIS_URL": os.environ.get("REDIS_URL", DEFAULT_REDIS_URL),
         "RAY_ADDRESS": os.environ.get("RAY_ADDRESS", DEFAULT_RAY_ADDRESS),
         "POLICYLAB_RUNS_DIR": os.environ.get("POLICYLAB_RUNS_DIR", str(var_dir / "runs")),
+        RAY_TOKEN_PATH_VAR: str(ray_token_path(var_dir)),
     }
     platform = Platform(env, log)
     try:
@@ -557,8 +618,11 @@ def running_services(only: tuple[str, ...] = ALL_SERVICES, *, var_dir: Path = DE
                 service = platform.start("redis", lambda: start_redis(var_dir, port))
                 log(f"redis: started {service.address} (log {service.log_path})")
         if "ray" in only:
-            if ray_answers(env["RAY_ADDRESS"]):
+            if ray_answers(env["RAY_ADDRESS"], token_path=Path(env[RAY_TOKEN_PATH_VAR])):
                 log(f"ray: using {env['RAY_ADDRESS']}" + (f" (--nodes {nodes} ignored)" if nodes > 1 else ""))
+                if ray_auth_mode(env["RAY_ADDRESS"]) != "token":
+                    log("ray: WARNING: its job API requires no token: anyone who reaches it can stop or start jobs "
+                        "(start it with RAY_AUTH_MODE=token and this deployment's token file)")
             else:
                 _start_ray(platform, var_dir, urlparse(env["RAY_ADDRESS"]).port or 8265, nodes, ray_cpus)
         if "worker" in only:

@@ -83,14 +83,21 @@ def jobs_redis_url(redis_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """A Ray head of this session's own (free ports, short temp dir), stopped with all it started."""
+    """A Ray head of this session's own (free ports, short temp dir), stopped with all it started. It requires
+    its token (Ray's token authentication, as the platform starts it): the settings of this process point at
+    the token file, as a deployment's do."""
+    from django.conf import settings
+
     port = free_port()
     temp_dir = Path(tempfile.mkdtemp(prefix="plr", dir="/tmp"))  # short: Unix socket paths live here
     head = start_ray_head(tmp_path_factory.mktemp("ray"), dashboard_port=port, num_cpus=8,
                           object_store_memory=256 * 1024 * 1024, temp_dir=temp_dir)
+    saved = settings.POLICYLAB_RAY_AUTH_TOKEN_PATH
+    settings.POLICYLAB_RAY_AUTH_TOKEN_PATH = Path(head.extra["token_path"])
     try:
         yield head
     finally:
+        settings.POLICYLAB_RAY_AUTH_TOKEN_PATH = saved
         head.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
@@ -202,6 +209,7 @@ def celery_services(shared_test_database: str, jobs_redis_url: str, ray_head: Se
         "CELERY_BROKER_URL": jobs_redis_url,
         "CELERY_RESULT_BACKEND": jobs_redis_url,
         "RAY_ADDRESS": ray_head.address,
+        "POLICYLAB_RAY_AUTH_TOKEN_PATH": ray_head.extra["token_path"],
         "POLICYLAB_RUNS_DIR": str(var_dir / "runs"),
         "POLICYLAB_VAR_DIR": str(var_dir),
         "POLICYLAB_SUPERVISOR_POLL_S": "0.5",

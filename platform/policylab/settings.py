@@ -204,6 +204,9 @@ STATIC_ROOT = os.environ.get("DJANGO_STATIC_ROOT") or None
 # --- services -------------------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
+# The Ray cluster's token (Ray's token authentication; scripts/services.py generates it, mode 0600): the job
+# client sends it with every request. No file: a cluster without authentication, nothing is sent.
+POLICYLAB_RAY_AUTH_TOKEN_PATH = Path(os.environ.get("POLICYLAB_RAY_AUTH_TOKEN_PATH", str(VAR_DIR / "ray_auth_token")))
 POLICYLAB_RUNS_DIR = Path(os.environ.get("POLICYLAB_RUNS_DIR", VAR_DIR / "runs"))
 POLICYLAB_MAX_RETRIES = int(os.environ.get("POLICYLAB_MAX_RETRIES", "2"))
 # Jobs (policylab/jobs): supervisor poll period, its Redis lock's TTL (a dead supervisor's run is

@@ -3,7 +3,8 @@
 `ray` is imported lazily: the web process may import this module (jobs.receivers pulls in the tasks) and must
 start without paying for Ray. Every HTTP request has a timeout (the SDK sets none: a dashboard that
 accepts a connection and never answers would hang a supervisor for ever). A job's output is followed
-with `LogTail` (Ray's log tail websocket) instead of fetching the whole log again and again.
+with `LogTail` (Ray's log tail websocket) instead of fetching the whole log again and again. Every request
+carries the deployment's Ray token (`auth_headers`): the cluster the platform starts refuses any without it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import functools
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from policylab.jobs.transitions import MISSING
@@ -31,6 +33,18 @@ class JobState:
     exit_code: int | None = None
 
 
+def auth_headers() -> dict[str, str]:
+    """`Authorization: Bearer <token>` from settings.POLICYLAB_RAY_AUTH_TOKEN_PATH, read at each connect (the
+    file may be created after this process started); {} when there is no token file."""
+    from django.conf import settings
+
+    try:
+        token = Path(settings.POLICYLAB_RAY_AUTH_TOKEN_PATH).read_text().strip()
+    except FileNotFoundError:
+        return {}
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 @functools.cache
 def _client_class() -> type:
     from ray.job_submission import JobSubmissionClient
@@ -40,7 +54,7 @@ def _client_class() -> type:
 
         def __init__(self, address: str, *, http_timeout_s: float) -> None:
             self.http_timeout_s = http_timeout_s  # before the base class's first request (its version check)
-            super().__init__(address)
+            super().__init__(address, headers=auth_headers())
 
         def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
             kwargs.setdefault("timeout", self.http_timeout_s)
@@ -192,7 +206,7 @@ class LogTail:
             self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session, session.ws_connect(
-            self._url, heartbeat=self._heartbeat_s
+            self._url, heartbeat=self._heartbeat_s, headers=auth_headers()
         ) as socket:
             async for message in socket:
                 if message.type == aiohttp.WSMsgType.TEXT:

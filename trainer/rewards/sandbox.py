@@ -182,42 +182,60 @@ def run_python(code: str, *, stdin: str = "", limits: SandboxLimits | None = Non
         shutil.rmtree(host_dir, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class Channels:
+    """The file descriptors bwrap and the child receive: the child's report pipe, the program and the child's
+    source (copied into the sandbox), and, as root, the user-namespace handshake (-1 otherwise)."""
+
+    report_w: int
+    solution: int
+    child: int
+    info_w: int = -1
+    block_r: int = -1
+
+    @property
+    def passed(self) -> tuple[int, ...]:
+        return tuple(fd for fd in (self.report_w, self.solution, self.child, self.info_w, self.block_r) if fd >= 0)
+
+
+def bwrap_command(interp: Interpreter, limits: SandboxLimits, channels: Channels, *, as_root: bool) -> list[str]:
+    """The whole bwrap command line of one run."""
+    config = {"workdir": WORK, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_seconds,
+              "max_output_bytes": limits.max_output_bytes, "max_processes": limits.max_processes,
+              "drop_user": as_root, "audit_hook": limits.audit_hook, "report_fd": channels.report_w}
+    command = [bwrap_path() or "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+               "--cap-drop", "ALL", "--hostname", "sandbox", "--clearenv",
+               "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
+               "--setenv", "HOME", WORK, "--setenv", "TMPDIR", WORK]
+    if as_root:
+        # we write the user namespace's maps ourselves (65534 -> 65534, 0 -> 0 for the setup only); the
+        # child keeps CAP_SETUID/CAP_SETGID just long enough to become 65534, which drops every capability
+        command += ["--userns-block-fd", str(channels.block_r), "--info-fd", str(channels.info_w),
+                    "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        command += ["--uid", str(NOBODY), "--gid", str(NOBODY)]
+    if not limits.isolate_network:
+        command.append("--share-net")
+    return [*command, *filesystem_args(interp, limits),
+            "--perms", "0444", "--file", str(channels.solution), f"{WORK}/solution.py",
+            "--ro-bind-data", str(channels.child), CHILD_IN_SANDBOX,
+            "--", interp.executable, "-I", "-S", "-B", CHILD_IN_SANDBOX, json.dumps(config)]
+
+
 def _run_in(host_dir: Path, code: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
     interp = interpreter(limits.python)
     as_root = os.geteuid() == 0
     (host_dir / "solution.py").write_text(code, encoding="utf-8")
     (host_dir / "stdin.txt").write_text(stdin, encoding="utf-8")
-    config = {"workdir": WORK, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_seconds,
-              "max_output_bytes": limits.max_output_bytes, "max_processes": limits.max_processes,
-              "drop_user": as_root, "audit_hook": limits.audit_hook}
     with contextlib.ExitStack() as stack:
         fds = _Fds(stack)
         report_r, report_w = fds.pipe()
         info_r, info_w = fds.pipe() if as_root else (-1, -1)
         block_r, block_w = fds.pipe() if as_root else (-1, -1)
-        solution = fds.open(host_dir / "solution.py")
-        child = fds.open(CHILD)
-        config["report_fd"] = report_w
-        command = [bwrap_path() or "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-                   "--cap-drop", "ALL", "--hostname", "sandbox", "--clearenv",
-                   "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "LC_ALL", "C.UTF-8",
-                   "--setenv", "HOME", WORK, "--setenv", "TMPDIR", WORK]
-        if as_root:
-            # we write the user namespace's maps ourselves (65534 -> 65534, 0 -> 0 for the setup only); the
-            # child keeps CAP_SETUID/CAP_SETGID just long enough to become 65534, which drops every capability
-            command += ["--userns-block-fd", str(block_r), "--info-fd", str(info_w),
-                        "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        else:
-            command += ["--uid", str(NOBODY), "--gid", str(NOBODY)]
-        if not limits.isolate_network:
-            command.append("--share-net")
-        command += filesystem_args(interp, limits)
-        command += ["--perms", "0444", "--file", str(solution), f"{WORK}/solution.py",
-                    "--ro-bind-data", str(child), CHILD_IN_SANDBOX,
-                    "--", interp.executable, "-I", "-S", "-B", CHILD_IN_SANDBOX, json.dumps(config)]
-        passed = tuple(fd for fd in (report_w, info_w, block_r, solution, child) if fd >= 0)
-        proc, started = _spawn(host_dir, command, passed)
-        for fd in passed:
+        channels = Channels(report_w=report_w, solution=fds.open(host_dir / "solution.py"), child=fds.open(CHILD),
+                            info_w=info_w, block_r=block_r)
+        proc, started = _spawn(host_dir, bwrap_command(interp, limits, channels, as_root=as_root), channels.passed)
+        for fd in channels.passed:
             fds.close(fd)
         if as_root:
             _map_nobody(proc, fds.take(info_r), fds.take(block_w))
@@ -347,8 +365,8 @@ def describe_layers(facts: dict[str, object], limits: SandboxLimits, interp: Int
     """The isolation in force, from what the child measured inside (its ids, capabilities, namespaces) compared
     with this process's own namespaces."""
     ours = {name: os.readlink(f"/proc/self/ns/{name}") for name in NAMESPACES if os.path.exists(f"/proc/self/ns/{name}")}
-    theirs = facts.get("namespaces") or {}
-    assert isinstance(theirs, dict)
+    theirs = facts.get("namespaces")
+    theirs = theirs if isinstance(theirs, dict) else {}
     new = [n for n in ours if theirs.get(n) and theirs[n] != ours[n]]
     shared = [n for n in ours if n not in new]
     host_uid = NOBODY if as_root else os.getuid()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def finite_or_none(value: Any) -> float | None:
+    if value.__class__ is float:  # the common case, ~4x faster (one call per metric point, twice)
+        return value if -math.inf < value < math.inf else None
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -283,24 +286,33 @@ def upsert_points(model: type[MetricPoint] | type[SystemPoint], rows: list[tuple
     columns = [quote(model._meta.get_field(name).column) for name in POINT_COLUMNS]
     conflict = ", ".join(quote(model._meta.get_field(name).column) for name in unique)
     updates = ", ".join(f"{c} = excluded.{c}" for c in columns[3:])
-    seq = quote("seq")
-    row_sql = f"({', '.join(['%s'] * len(columns))})"
-    per_statement = max(1, min(1000, (connection.features.max_query_params or 7000) // len(columns)))
+    if connection.vendor == "postgresql":
+        copy_upsert(model, rows, columns, conflict, updates)
+        return
+    sqlite_upsert(table, rows, columns, conflict, updates)
+
+
+def sqlite_upsert(table: str, rows: list[tuple], columns: list[str], conflict: str, updates: str) -> None:
+    """SQLite: multi-row INSERT … ON CONFLICT statements of up to 5,000 rows, straight on sqlite3's connection
+    (in the caller's transaction). Through Django's cursor a point cost ~2.5x the CPU (bench/ingest.py: 8 vs
+    3 µs): it rewrites each statement's thousand `%s` to `?` and caps a statement at 999 parameters, the limit
+    of SQLite before 3.32. Errors are still Django's (the caller retries OperationalError)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    per_statement = max(1, min(5000, raw.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // len(columns)))
+    row_sql = f"({', '.join(['?'] * len(columns))})"
 
     def statement(n: int) -> str:
         return (
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([row_sql] * n)} "
-            f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} WHERE excluded.{seq} >= {table}.{seq}"
+            f"ON CONFLICT ({conflict}) DO UPDATE SET {updates} WHERE excluded.seq >= {table}.seq"
         )
 
-    if connection.vendor == "postgresql":
-        copy_upsert(model, rows, columns, conflict, updates)
-        return
     full = statement(per_statement)
-    with connection.cursor() as cursor:
+    with connection.wrap_database_errors:
         for start in range(0, len(rows), per_statement):
             chunk = rows[start : start + per_statement]
-            cursor.execute(full if len(chunk) == per_statement else statement(len(chunk)), [v for row in chunk for v in row])
+            raw.execute(full if len(chunk) == per_statement else statement(len(chunk)), [v for row in chunk for v in row])
 
 
 def copy_upsert(model: type, rows: list[tuple], columns: list[str], conflict: str, updates: str) -> None:

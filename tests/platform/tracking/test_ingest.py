@@ -290,3 +290,32 @@ def test_an_event_that_cannot_be_stored_is_rejected_and_the_consumer_serves_on(m
     assert IngestCursor.objects.get(run=poisoned).last_seq == 2
     for run in (poisoned, healthy):  # acked: nothing is left to claim and read again
         assert redis_client.xpending(stream_name(run.pk), GROUP)["pending"] == 0
+
+
+def test_a_batch_larger_than_one_statement_stores_every_point_once(make_run) -> None:
+    """Points are upserted in statements of up to 5,000 rows (SQLite) or through COPY (PostgreSQL): a batch of
+    12,001 points (two full statements and a remainder) keeps each point, and a replay of it adds none."""
+    run = make_run()
+    events = [event("metrics", run.pk, seq, seq, {"values": {f"k{k}": seq * 1000.0 + k for k in range(100)}})
+              for seq in range(1, 121)]
+    events.append(event("metrics", run.pk, 121, 121, {"values": {"k0": 7.5}}))
+    ingest_events(events, publish=False, backfill_gaps=False)
+    ingest_events(events, publish=False, backfill_gaps=False)
+    points = MetricPoint.objects.filter(run=run)
+    assert points.count() == 12_001
+    assert points.get(key="k42", step=77).value == 77_042.0
+    assert points.get(key="k0", step=121).value == 7.5
+
+
+def test_a_sqlite_error_in_the_point_upsert_is_djangos_so_ingest_retries_it(make_run) -> None:
+    """The SQLite upsert runs on sqlite3's own connection; its errors must still be Django's OperationalError,
+    which the consumer retries (a locked file), not an error of the batch that would reject its events."""
+    from django.db import OperationalError, connection
+
+    from policylab.tracking.ingest import POINT_COLUMNS, sqlite_upsert
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the SQLite path")
+    row = (make_run().pk, "k", 1, 1.0, 0.0, 1, 1)
+    with pytest.raises(OperationalError, match="no such table"):
+        sqlite_upsert('"no_such_table"', [row], [f'"{c}"' for c in POINT_COLUMNS], '"run", "key", "step"', '"value" = 1')

@@ -68,7 +68,7 @@ class TeamSecret(models.Model):
     """A named credential of a team (a judge API key), referenced from configs as `${secret:NAME}`.
 
     Only `ciphertext` holds the value, encrypted with the deployment's POLICYLAB_SECRETS_KEY
-    (accounts.team_secrets); no page or API reads it back. See docs/decisions/0044-team-secrets.md."""
+    (accounts.team_secrets); no page or API reads it back. See docs/decisions/0045-team-secrets.md."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="secrets")
     name = models.CharField(max_length=50)

@@ -10,4 +10,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.tokens, name="tokens"),
     path("tokens/<int:pk>/revoke/", views.token_revoke, name="token_revoke"),
+    path("secrets/", views.secrets, name="secrets"),
+    path("secrets/<int:team_id>/<str:name>/delete/", views.secret_delete, name="secret_delete"),
 ]

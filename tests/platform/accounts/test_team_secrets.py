@@ -174,3 +174,20 @@ def test_a_key_written_in_the_config_is_redacted_wherever_the_config_is_shown(al
     assert viewer.get(f"/api/experiments/{plain.pk}/").json()["config"]["rewards"]["judge"]["judge_api_key"] == (
         "<redacted>")
     assert viewer.get(f"/api/runs/{run.pk}/").json()["overrides"] == ["rewards.judge.judge_api_key=<redacted>"]
+
+
+def test_the_team_secrets_page_lists_names_and_lets_only_admins_change_them(ada, alice, victor, team_a):
+    admin, viewer = Client(), Client()
+    admin.force_login(ada)
+    viewer.force_login(victor)
+    assert admin.post("/accounts/secrets/", {"team": team_a.pk, "name": "JUDGE_KEY", "value": VALUE}).status_code == 302
+    assert values_for_run(team_a, ["JUDGE_KEY"]) == {"JUDGE_KEY": VALUE}
+    for who, client in (("admin", admin), ("viewer", viewer)):
+        page = client.get("/accounts/secrets/").content.decode()
+        assert "JUDGE_KEY" in page and "${secret:JUDGE_KEY}" in page and VALUE not in page, who
+    assert 'name="value"' in admin.get("/accounts/secrets/").content.decode()
+    assert 'name="value"' not in viewer.get("/accounts/secrets/").content.decode()  # no form for non-admins
+    assert viewer.post("/accounts/secrets/", {"team": team_a.pk, "name": "X", "value": "v"}).status_code == 403
+    assert viewer.post(f"/accounts/secrets/{team_a.pk}/JUDGE_KEY/delete/").status_code == 403
+    assert admin.post(f"/accounts/secrets/{team_a.pk}/JUDGE_KEY/delete/").status_code == 302
+    assert not TeamSecret.objects.exists()

@@ -52,7 +52,7 @@ class Stalled(BaseException):
         self.retry = retry
 
 
-def stalled_in(exc: BaseException) -> Stalled | None:
+def stalled_in(exc: BaseException | None) -> Stalled | None:
     """The Stalled that ended the attempt, where `exc` is it or was caused by it: raised from a signal
     handler while the main thread was inside a C extension's call (Ray's wait), it comes out wrapped in
     a SystemError ("returned a result with an exception set") whose cause it is."""
@@ -260,6 +260,7 @@ class RunThreadInterrupt:
 
     def __init__(self) -> None:
         self.thread = threading.current_thread()
+        self.thread_id: int = self.thread.ident or 0  # the current thread has started: its ident is set
         self.by_signal = self.thread is threading.main_thread()
         self.pending: Stalled | None = None
         self.previous = signal.signal(signal.SIGUSR2, self._handler) if self.by_signal else None
@@ -272,14 +273,14 @@ class RunThreadInterrupt:
     def raise_in_run(self, message: str, *, retry: bool) -> None:
         if self.by_signal:
             self.pending = Stalled(message, retry=retry)
-            signal.pthread_kill(self.thread.ident, signal.SIGUSR2)
+            signal.pthread_kill(self.thread_id, signal.SIGUSR2)
             return
 
         class StalledHere(Stalled):  # the async exception is raised as a class, built without arguments
             def __init__(self) -> None:
                 super().__init__(message, retry=retry)
 
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), ctypes.py_object(StalledHere))
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread_id), ctypes.py_object(StalledHere))
 
     def close(self) -> None:
         if self.by_signal:

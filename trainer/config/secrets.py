@@ -130,8 +130,9 @@ def plain_secret_issues(tree: Any, path: str = "") -> list[ConfigIssue]:
         if isinstance(value, Mapping | list):
             issues += plain_secret_issues(value, here)
         elif is_secret_key(str(key)) and _shown(value) == REDACTED and "${" not in value:  # not an interpolation
-            issues.append(ConfigIssue(here, "a credential written in the config: store it as a team secret (POST "
-                                            "/api/teams/<id>/secrets/, by an admin) and write ${secret:NAME}; the "
+            issues.append(ConfigIssue(here, "a credential written in the config: store it as a team secret (an "
+                                            "admin: Team secrets page, or POST /api/teams/<id>/secrets/) and write "
+                                            "${secret:NAME}; the "
                                             "value is hidden from the config's viewers either way", "warning"))
     return issues
 

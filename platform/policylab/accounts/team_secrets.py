@@ -104,7 +104,8 @@ def missing_names(team: Team, names: Iterable[str]) -> str | None:
         return None
     listed = ", ".join(sorted(have)) or "none yet"
     return (f"${{secret:{missing[0]}}}: team {team.slug!r} has no secret named {', '.join(missing)} (its secrets: "
-            f"{listed}); an admin of the team adds it with POST /api/teams/{team.pk}/secrets/")
+            f"{listed}); an admin of the team adds it on the Team secrets page (/accounts/secrets/) or with "
+            f"POST /api/teams/{team.pk}/secrets/")
 
 
 def values_for_run(team: Team, names: Iterable[str]) -> dict[str, str]:

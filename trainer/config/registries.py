@@ -31,16 +31,17 @@ ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator", "tool_use"
 # on them.
 TOOL_CALL_ENV_TYPES: tuple[str, ...] = ("tool_use",)
 
-# ROLL env-manager classes (`*_env_manager.worker_cls`) and what runs them here: ROLL's trajectory
-# managers are the agentic loop (trainer.pipeline.agentic).
+# ROLL env-manager classes (`*_env_manager.worker_cls`, `custom_envs.<tag>.env_manager_cls`) and what runs them
+# here: the agentic loop (trainer.pipeline.agentic) plays trajectory managers one conversation per row, step
+# managers one prompt (with a text history) per turn.
 ROLL_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.environment_worker.EnvironmentWorker": "trajectory",
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "trajectory",
+    "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
 }
 
 # ROLL env-manager classes that ROLL documents but we do not implement yet (clear error).
 ROLL_UNSUPPORTED_ENV_MANAGERS: dict[str, str] = {
-    "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step-wise env manager",
     "roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager": "vision-language env manager",
 }
 

@@ -1392,9 +1392,15 @@ class CustomEnvConfig(Section):
         dict, category="Agentic", description="Settings of the environment type (docs: trainer/envs)."
     )
     env_manager_cls: str | None = fld(
-        None, category="Agentic", inactive=import_only("every environment is played by the trajectory manager "
-                                                       "(trainer.envs.manager)"),
-        description="ROLL's env-manager class for this environment.",
+        None, category="Agentic",
+        description="ROLL's env-manager class for this environment (it overrides the env manager's worker_cls): "
+        "StepEnvManager plays it step-wise (a fresh prompt each turn with the recent turns as text, see "
+        "history_length; one training row per reply); TrajEnvManager or unset, one multi-turn conversation per row.",
+    )
+    history_length: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Step-wise environments (StepEnvManager): as in ROLL, each turn's prompt shows the last "
+        "history_length − 1 turns (observation, reply, reward) before the current observation; unset: none.",
     )
     use_thread_lock: bool = fld(False, category="Agentic", inactive=import_only("environments run in the driver"),
                                 description="ROLL: serialise this environment's steps across threads.")

@@ -98,7 +98,7 @@ class EnvManager:
         # pipeline-level keys the environments that take them receive (trainer.envs.registry.PIPELINE_KEYS)
         self.pipeline = {"parse_tool_call_parameter_to_dict": parse_tool_call_parameter_to_dict}
         self.position = 0
-        env_manager_kind(manager.worker_cls, where=f"{name}.worker_cls")  # only trajectory managers run here
+        default_kind = env_manager_kind(manager.worker_cls, where=f"{name}.worker_cls")
         missing = [tag for tag in manager.tags if tag not in custom_envs]
         if missing:
             raise ValueError(f"{name}.tags: {missing} are not defined in custom_envs "
@@ -117,6 +117,14 @@ class EnvManager:
         self.specs = {tag: custom_envs[tag] for tag in manager.tags}
         for tag in self.specs:  # a bad env_type or env_config fails now, not at the first rollout
             self.make_env(tag)
+        # ROLL: a custom env's env_manager_cls names the manager that plays it, else the manager's worker_cls
+        kinds = {tag: default_kind if spec.env_manager_cls is None else
+                 env_manager_kind(spec.env_manager_cls, where=f"custom_envs.{tag}.env_manager_cls")
+                 for tag, spec in self.specs.items()}
+        if len(set(kinds.values())) > 1:
+            raise ValueError(f"{name}.tags: {kinds} mix step-wise and trajectory env managers in one batch; give "
+                             "every tag of one env manager the same env_manager_cls")
+        self.step_wise = set(kinds.values()) == {"step"}
 
     def make_env(self, tag: str) -> Env:
         spec = self.specs[tag]
@@ -130,6 +138,10 @@ class EnvManager:
 
     def limits(self, tag: str) -> TurnLimits:
         return turn_limits(self.specs[tag])
+
+    def history_length(self, tag: str) -> int | None:
+        """Step-wise play's history_length (ROLL: unset shows no history, as 1 does); None: trajectory play."""
+        return (self.specs[tag].history_length or 1) if self.step_wise else None
 
     def episodes(self, step: int | None) -> list[Episode]:
         """The batch's episodes in (round, env_id) order; step None: evaluation's fixed start states."""

@@ -8,6 +8,8 @@ penalties) normalised by `reward_normalization` (trainer.algorithms.trajectory_n
 RLVR does after generation (`RLVRPipeline.update`: log-probs, values, reward processing, KL,
 advantages with the start-state groups as GRPO groups, critic and actor updates) -> weight sync.
 Evaluation plays val_env_manager's episodes, whose start states are fixed for the whole run.
+Step-wise env managers (ROLL's StepEnvManager, `custom_envs.<tag>.env_manager_cls`) play each turn from a fresh
+prompt holding a short text history (`history_length`) and train one row per reply (decision 0044).
 
 The run loop, checkpoints (plus the env layout and position), resume, weight sync, the ledger and
 telemetry are RLVRPipeline's. Environments run in the driver process, like rule rewards: they are
@@ -17,6 +19,7 @@ cheap pure Python. Only rollout_mode sync is supported (validation refuses the o
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +29,7 @@ import torch
 from trainer import roles
 from trainer.algorithms import step_advantages as step_algos
 from trainer.algorithms.trajectory_norm import normalization_groups, normalize_scores
+from trainer.config import topology
 from trainer.envs.manager import EnvManager, Episode, derive_seed
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.rlvr import (
@@ -41,6 +45,8 @@ from trainer.pipeline.trajectory import (
     env_metrics,
     padded,
     play,
+    step_batch,
+    step_rows,
     trajectory_batch,
     turn_index,
 )
@@ -79,6 +85,7 @@ class AgenticPipeline(RLVRPipeline):
         tags = sorted({*train_envs.tags, *(val_envs.tags if val_envs is not None else ())})
         self.tag_ids = {tag: i for i, tag in enumerate(tags)}
         self.normalization = cfg.reward_normalization
+        self.row_multiple: int | None = None  # step-wise batches: rows a multiple of this (step_rows)
 
     def generate_rows(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """One generation per prompt through actor_infer, in order; the batch is padded with copies of its
@@ -104,39 +111,78 @@ class AgenticPipeline(RLVRPipeline):
             trajectories = self.play_episodes(self.train_envs, episodes, params,
                                               seed=sampling_seed(cfg, cfg.actor_infer) * 1_000_003 + step)
         self.ledger.record("generate", batch=step, version=step - 1, samples=len(trajectories))
-        batch = trajectory_batch(trajectories, self.tokenizer.pad_token_id)
-        mask = batch["response_mask"]
         raw = torch.tensor([t.score for t in trajectories])
         state_ids = torch.tensor([t.episode.state_id for t in trajectories])
         tag_ids = torch.tensor([self.tag_ids[t.episode.tag] for t in trajectories])
         if self.normalization is not None:
             groups = normalization_groups(self.normalization.grouping, state_ids=state_ids, tag_ids=tag_ids)
-            batch["scores"] = normalize_scores(raw, groups, self.normalization.method)
+            scores = normalize_scores(raw, groups, self.normalization.method)
         else:
-            batch["scores"] = raw
-        turn_ids = turn_index(trajectories, mask.size(1)) if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS else None
+            scores = raw
         turn_scores = (self.turn_scores(trajectories, state_ids, tag_ids, metrics)
                        if cfg.adv_estimator in step_algos.TURN_SCORE_ESTIMATORS else None)
-        engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))
-        token_rewards, values, _ = self.update(step, batch, state_ids, engine_log_probs, timer, metrics,
-                                               staleness=torch.zeros(len(trajectories), dtype=torch.long),
+        if self.train_envs.step_wise:
+            rows = self.step_rows(trajectories)
+            batch = step_batch(trajectories, self.tokenizer.pad_token_id)
+            batch = {key: value[torch.tensor([r for r, _, _ in rows])] for key, value in batch.items()}
+            mask = batch["response_mask"]
+            owner = torch.tensor([i for _, i, _ in rows])
+            batch["scores"], groups_of_rows = scores[owner], state_ids[owner]
+            # a step row is one turn: its tokens are turn 0 of the row, its value that turn's
+            turn_ids = torch.where(mask > 0, 0, -1) if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS else None
+            if turn_scores is not None:
+                turn_scores = turn_scores[owner, torch.tensor([k for _, _, k in rows])].unsqueeze(1)
+            steps = [trajectories[i].steps[k] for _, i, k in rows]
+            engine_log_probs = padded([s.logprobs for s in steps], mask.size(1))
+            prompt_lengths = torch.tensor([len(s.prompt_ids) for s in steps])
+            truncated = torch.tensor([trajectories[i].done_reason == "max_length" for _, i, _ in rows])
+        else:
+            batch = trajectory_batch(trajectories, self.tokenizer.pad_token_id)
+            mask = batch["response_mask"]
+            batch["scores"], groups_of_rows, owner = scores, state_ids, torch.arange(len(trajectories))
+            turn_ids = (turn_index(trajectories, mask.size(1)) if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS
+                        else None)
+            engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))
+            prompt_lengths = torch.tensor([len(t.prompt_ids) for t in trajectories])
+            truncated = torch.tensor([t.done_reason == "max_length" for t in trajectories])
+        token_rewards, values, _ = self.update(step, batch, groups_of_rows, engine_log_probs, timer, metrics,
+                                               staleness=torch.zeros(len(owner), dtype=torch.long),
                                                turn_ids=turn_ids, turn_scores=turn_scores)
         if step > cfg.critic_warmup:
             with timer("weight_sync"):
                 self.sync_weights()
         metrics.update(data_metrics(
-            scores=raw, token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
-            prompt_lengths=torch.tensor([len(t.prompt_ids) for t in trajectories]),
-            max_prompt_length=cfg.prompt_length,
-            truncated=torch.tensor([t.done_reason == "max_length" for t in trajectories]),
+            scores=raw[owner], token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
+            prompt_lengths=prompt_lengths, max_prompt_length=cfg.prompt_length, truncated=truncated,
             values=values, returns=batch.get("returns"),
         ))
         metrics.update(env_metrics(trajectories, "env"))
         metrics.update(timer.values)
-        self.emit_trajectories(step, trajectories, batch["advantages"], self.trainer_log_probs(batch))
+        if self.train_envs.step_wise:
+            metrics["env/step_rows"] = float(len(owner))
+            self.emit_steps(step, trajectories, rows, batch["advantages"])
+        else:
+            self.emit_trajectories(step, trajectories, batch["advantages"], self.trainer_log_probs(batch))
         self.ledger.record("train", batch=step, step=step, version=step - 1, staleness=0,
-                           samples=len(trajectories))
+                           samples=len(owner))
         return metrics
+
+    def step_rows(self, trajectories: list[Trajectory]) -> list[tuple[int, int, int]]:
+        """(row of step_batch, trajectory, reply) of each training row of a step-wise batch: every reply, then
+        copies of the first replies until the rows fill whole optimizer steps of every training role and split
+        evenly over the sharded roles' ranks (ROLL's agentic pipeline pads its step batch the same way, by
+        copying rows)."""
+        real = [(r, i, k) for r, (i, k) in enumerate(step_rows(trajectories))]
+        if self.row_multiple is None:
+            multiple = 1
+            for role in ("actor_train", "critic"):
+                if role in self.groups:
+                    multiple = math.lcm(multiple, topology.train_shape(self.cfg, role).global_batch)
+            for role in ("reference", "critic", "actor_train"):
+                if role in self.groups:
+                    multiple = math.lcm(multiple, len(self.groups[role].call_all(roles.Role.ping)))
+            self.row_multiple = multiple
+        return real + [real[j % len(real)] for j in range(-len(real) % self.row_multiple)]
 
     def turn_scores(self, trajectories: list[Trajectory], state_ids: torch.Tensor, tag_ids: torch.Tensor,
                     metrics: dict[str, float]) -> torch.Tensor:
@@ -169,6 +215,29 @@ class AgenticPipeline(RLVRPipeline):
         scores = torch.tensor([t.score for t in trajectories])
         return step_algos.gigpo(scores, returns, turn_mask, groups, anchor_groups, method,
                                 cfg.episode_reward_weight, cfg.step_reward_weight).advantages
+
+    def emit_steps(self, step: int, trajectories: list[Trajectory], rows: list[tuple[int, int, int]],
+                   advantages: torch.Tensor) -> None:
+        """Step-wise batches: the first `logged_rollout_samples` trajectories as `rollouts` samples, each the
+        prompt of its first turn and its replies one after another, with each reply's own advantages."""
+        first_row = {(i, k): row for row, (_, i, k) in enumerate(rows)}
+        samples = []
+        for i, t in enumerate(trajectories[: self.cfg.logged_rollout_samples]):
+            tokens = [token for s in t.steps for token in s.response_ids]
+            token_advantages = [round(float(a), 5) for k, s in enumerate(t.steps)
+                                for a in advantages[first_row[(i, k)], : len(s.response_ids)]]
+            samples.append({
+                "prompt": self.tokenizer.decode(t.steps[0].prompt_ids) if t.steps else "",
+                "response": self.tokenizer.decode(tokens), "reward": t.score,
+                "advantage": sum(token_advantages) / len(token_advantages) if token_advantages else 0.0,
+                "prompt_length": len(t.steps[0].prompt_ids) if t.steps else 0, "response_length": len(tokens),
+                "stop_reason": t.done_reason, "group_id": t.episode.state_id, "sample_index": t.episode.sample_index,
+                "tokens": self.tokenizer.convert_ids_to_tokens(tokens),
+                "token_logprobs": [round(x, 5) for s in t.steps for x in s.logprobs],
+                "token_advantages": token_advantages, "token_mask": [1] * len(tokens), "env_tag": t.episode.tag,
+                "success": t.success, "num_turns": t.replies, "done_reason": t.done_reason, "turns": t.turns,
+            })
+        self.emitter.rollouts(samples, step=step)
 
     def progress_line(self, metrics: dict[str, float]) -> str:
         line = super().progress_line(metrics)

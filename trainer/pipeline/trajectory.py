@@ -145,6 +145,47 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+def step_text(t: Trajectory, observation: str) -> str:
+    """The user message of a step-wise turn (STEP_TEMPLATE), as ROLL's StepEnvManager.format_messages writes it:
+    the replies so far n, the last history_length − 1 of them as "(step: s, observation: o, action: a, reward:
+    r)" (a reply that broke the format carries ROLL's tip), then the current observation."""
+    assert t.history_length is not None
+    replies = [turn for turn in t.turns if turn["role"] == "assistant"]
+    keep = t.history_length - 1
+    recent = list(zip(t.observations[: len(replies)], replies, strict=True))[len(replies) - keep:] if keep else []
+    done = len(replies)
+    history = []
+    for j, (seen, reply) in enumerate(recent):
+        action = reply["text"] + ("" if reply["format_ok"] else INVALID_ACTION_TIP)
+        history.append(f"(step: {done - len(recent) + j + 1}, observation: {seen}, action: {action}, "
+                       f"reward: {reply['reward']})")
+    return STEP_TEMPLATE.format(env_instruction=t.instruction, step_count=done, history_length=len(recent),
+                                history=", ".join(history), current_step=done + 1, current_observation=observation)
+
+
+# ROLL's StepEnvManager prompt (examples/config/step_envs.yaml's agent_template, less its Sokoban-only answer
+# format lines, which the environment's instruction carries here)
+STEP_TEMPLATE = (
+    "## Env Instruction: {env_instruction}\n\n"
+    "## State Description:\nPrior to this step, you have completed {step_count} steps.\n"
+    "Recent History: Below are the most recent {history_length} observations, and your responses:\n"
+    "[{history}]\n\n"
+    "Current State:\nYou are currently at step {current_step}. Your current observation is: "
+    "[{current_observation}]\nDecide the next action:"
+)
+INVALID_ACTION_TIP = ("(IMPORTANT TIPS: this action is not valid, your new response *must* strictly adhere to the "
+                      "format according to env instructions.)")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One reply of a step-wise episode (ROLL's StepEnvManager): the prompt it answered and what was sampled."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+
+
 @dataclass
 class Trajectory:
     episode: Episode
@@ -162,6 +203,9 @@ class Trajectory:
     turns: list[dict[str, Any]] = field(default_factory=list)  # telemetry: the conversation, turn by turn
     frames: list[str] = field(default_factory=list)  # env.render() after reset and after each reply
     observations: list[str] = field(default_factory=list)  # the observation each reply answered (GiGPO's anchor)
+    history_length: int | None = None  # step-wise play (prompt_ids: the current turn's prompt); None: one conversation
+    instruction: str = ""
+    steps: list[Step] = field(default_factory=list)  # step-wise play: one row per reply
 
     @property
     def score(self) -> float:
@@ -181,6 +225,10 @@ class Trajectory:
         self.loss_mask += [int(sampled)] * len(token_ids)
         self.token_turns += [self.replies if sampled else -1] * len(token_ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
+
+    def next_input(self) -> list[int]:
+        """What the engine continues: the turn's own prompt (step-wise), else the whole conversation so far."""
+        return self.prompt_ids if self.history_length is not None else self.prompt_ids + self.response_ids
 
     def finish(self, reason: str, success: bool = False) -> None:
         if reason not in DONE_REASONS:
@@ -210,13 +258,18 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         env = manager.make_env(episode.tag)
         observation = env.reset(episode.seed)
         instruction = manager.instruction(episode.tag, env)
-        text = f"{instruction}\n{observation}" if instruction else observation
+        trajectory = Trajectory(episode, manager.limits(episode.tag), [], observations=[observation],
+                                history_length=manager.history_length(episode.tag), instruction=instruction)
+        if trajectory.history_length is not None:
+            text = step_text(trajectory, observation)
+        else:
+            text = f"{instruction}\n{observation}" if instruction else observation
         prompt = encode(setup.tokenizer, first_prompt(setup.tokenizer, text, env.tool_schemas))
         if len(prompt) > setup.prompt_length:
             raise ValueError(f"prompt_length: the first prompt of {episode.tag} has {len(prompt)} tokens, "
                              f"more than {setup.prompt_length}; raise prompt_length or shorten "
                              f"custom_envs.{episode.tag}.env_instruction")
-        trajectory = Trajectory(episode, manager.limits(episode.tag), prompt, observations=[observation])
+        trajectory.prompt_ids = prompt
         trajectory.turns.append({"role": "user", "text": text, "tokens": len(prompt), "loss": False})
         if setup.keep_frames:
             trajectory.frames.append(env.render())
@@ -230,7 +283,7 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
             by_budget[_budget(trajectories[i], params)].append(i)
         for budget, rows in sorted(by_budget.items()):
             call = dataclasses.replace(params, max_new_tokens=budget, seed=turn_seed(turn, budget))
-            prompts = [trajectories[i].prompt_ids + trajectories[i].response_ids for i in rows]
+            prompts = [trajectories[i].next_input() for i in rows]
             gens = setup.generate(prompts, call)
             for i, gen in zip(rows, gens, strict=True):
                 _advance(setup, manager, trajectories[i], envs[i], gen, params)
@@ -246,7 +299,10 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
     """One reply: record it, step the environment, then end the episode or append the observation."""
     tokenizer = setup.tokenizer
     reply = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-    t.add(gen.token_ids, sampled=True, logprobs=list(gen.logprobs))
+    if t.history_length is None:
+        t.add(gen.token_ids, sampled=True, logprobs=list(gen.logprobs))
+    else:
+        t.steps.append(Step(t.prompt_ids, list(gen.token_ids), list(gen.logprobs)))
     observation, reward, done, info = env.step(reply)
     penalty = 0.0 if info["format_ok"] else manager.format_penalty
     t.rewards.append(float(reward))
@@ -268,6 +324,14 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
         t.finish("max_steps")
     elif t.limits.max_actions is not None and t.actions >= t.limits.max_actions:
         t.finish("max_actions")
+    elif t.history_length is not None:  # step-wise: the next turn is a fresh prompt, not a continuation
+        prompt = encode(tokenizer, first_prompt(tokenizer, step_text(t, observation)))
+        if len(prompt) > setup.prompt_length:
+            t.finish("max_length")
+        else:
+            t.prompt_ids = prompt
+            t.observations.append(observation)
+            observation_turn["tokens"] = len(prompt)
     else:
         # a reply ended by EOS (or a stop token such as <|im_end|>) generated the start of the close itself
         closing = tokenizer.decode(gen.token_ids[-1:]) if gen.stop_reason in ("eos", "stop") else ""
@@ -289,6 +353,18 @@ def trajectory_batch(trajectories: list[Trajectory], pad_token_id: int) -> dict[
                         pad_token_id)
     batch["response_mask"] = padded([t.loss_mask for t in trajectories], batch["response_mask"].size(1))
     return batch
+
+
+def step_rows(trajectories: list[Trajectory]) -> list[tuple[int, int]]:
+    """(trajectory, reply) of each row of a step-wise batch, in order."""
+    return [(i, k) for i, t in enumerate(trajectories) for k in range(len(t.steps))]
+
+
+def step_batch(trajectories: list[Trajectory], pad_token_id: int) -> dict[str, Tensor]:
+    """The RLVR batch of step-wise trajectories: one row per reply (its turn's prompt, the reply sampled), in
+    step_rows order (ROLL's StepEnvManager.formulate_rollouts)."""
+    steps = [step for t in trajectories for step in t.steps]
+    return build_batch([s.prompt_ids for s in steps], [s.response_ids for s in steps], pad_token_id)
 
 
 def turn_index(trajectories: list[Trajectory], width: int) -> Tensor:

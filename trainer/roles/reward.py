@@ -147,7 +147,7 @@ def judge_generate(cfg: PipelineConfig, section: RewardWorkerConfig, engine: Any
     from trainer.data.datasets import render_prompt
     from trainer.models.loading import load_tokenizer
 
-    path = section.model_args.model_name_or_path or cfg.reward_pretrain
+    path = str(section.model_args.model_name_or_path or cfg.reward_pretrain)  # judge_engine refused an unset one
     tokenizer = load_tokenizer(path, trust_remote_code=section.model_args.trust_remote_code)
     template = section.data_args.template if section.data_args is not None else "native"
     params = judge_sampling_params(cfg, section)

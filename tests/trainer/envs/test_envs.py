@@ -281,8 +281,9 @@ def test_env_manager_classes_map_through_the_registry() -> None:
     assert (
         env_manager_kind("roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager") == "trajectory"
     )
-    with pytest.raises(ValueError, match=r"step-wise env manager .* is not supported yet; valid: "):
-        env_manager_kind("roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager")
+    assert env_manager_kind("roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager") == "step"
+    with pytest.raises(ValueError, match=r"vision-language env manager .* is not supported yet; valid: "):
+        env_manager_kind("roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager")
     with pytest.raises(
         ValueError, match=r"train_env_manager.worker_cls: unknown env manager class 'os.system'"
     ):

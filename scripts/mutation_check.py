@@ -4,6 +4,9 @@ should notice, and report which breaks survive (issue 22).
     python scripts/mutation_check.py                  # every mutant; writes docs/mutation-report.md
     python scripts/mutation_check.py --only clip_high # some of them (ids or id prefixes)
 
+A mutant whose tests need PostgreSQL (`env` sets DATABASE_URL) runs them on POLICYLAB_TEST_POSTGRES_URL,
+else on postgres://postgres@127.0.0.1:5432/policylab_mutants (pytest-django makes test_policylab_mutants).
+
 Each mutant is applied to a fresh copy of the tracked and untracked (not ignored) files, so the
 working tree is never touched; the copy's tests run with this interpreter. A mutant is KILLED when
 its tests fail, SURVIVED when they pass. Every survivor is either a missing test (write it) or an
@@ -35,6 +38,7 @@ class Mutant:
     new: str
     tests: tuple[str, ...]
     what: str
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of its test run
 
 
 ALGO = "tests/trainer/algorithms"
@@ -44,6 +48,8 @@ KNOBS = ("tests/trainer/pipeline/test_knobs_act.py", "tests/trainer/pipeline/tes
 FSDP2 = "tests/trainer/cluster/test_fsdp2_group.py"
 DEEPSPEED = "tests/trainer/cluster/test_deepspeed_group.py"
 MEGATRON = "tests/trainer/train/test_megatron_emulated.py"
+POSTGRES = (("DATABASE_URL", os.environ.get("POLICYLAB_TEST_POSTGRES_URL",
+                                            "postgres://postgres@127.0.0.1:5432/policylab_mutants")),)
 MUTANTS: tuple[Mutant, ...] = (
     # --- algorithms (pure functions) ---------------------------------------------------------
     Mutant("gae_lambda", "trainer/algorithms/advantages.py", "advantage_t = delta + gamma * lambd * next_advantage",
@@ -73,6 +79,20 @@ MUTANTS: tuple[Mutant, ...] = (
            "clip_high = clip_low", KNOBS, "clip-higher not wired (issue 22's table)"),
     Mutant("dual_clip", "trainer/pipeline/losses.py", "dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None",
            "dual_clip_c=None", KNOBS, "dual clip not wired"),
+    # issue 45: the skip path (one optimizer step per rollout) must keep the ratio's gradient
+    Mutant("actor_old_not_detached", "trainer/roles/actor.py",
+           'old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()',
+           'old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs',
+           ("tests/trainer/pipeline/test_loss_wiring.py", "tests/trainer/pipeline/test_one_update_per_rollout.py"),
+           "without old log-probs the ratio is exp(lp - lp): zero policy gradient, the policy never learns (issue 45)"),
+    Mutant("critic_fits_advantages", "trainer/roles/critic.py",
+           'pl.value_loss(values, mb["values"], mb["returns"], mb["response_mask"],',
+           'pl.value_loss(values, mb["values"], mb["advantages"], mb["response_mask"],', ("tests/trainer/roles",),
+           "the critic regresses on the advantages A instead of the returns R = A + V (issue 45)"),
+    Mutant("dp_token_counts_not_summed", "trainer/train/ppo_update.py",
+           "        dist.all_reduce(counts, group=dp_group)\n", "",
+           ("tests/trainer/train/test_ppo_update_dp.py", FSDP2),
+           "each data-parallel rank normalises by its own token count, not the mini-batch's (issue 45)"),
     Mutant("whiten_advantages", "trainer/pipeline/rewarding.py", "    if cfg.whiten_advantages:\n",
            "    if False:\n", KNOBS, "whiten_advantages not wired"),
     Mutant("reward_clip", "trainer/pipeline/rewarding.py",
@@ -96,6 +116,10 @@ MUTANTS: tuple[Mutant, ...] = (
            (RESUME,), "rollout/reference RNG not restored (issue 22's table)"),
     Mutant("resume_sampler", "trainer/pipeline/rlvr.py", "        self.sampler.load_state_dict(state[\"sampler\"])\n",
            "", (RESUME,), "data sampler position not restored"),
+    Mutant("checkpoints_by_name", "trainer/checkpoint/core.py", "    return sorted(found)\n",
+           "    return sorted(found, key=lambda item: item[1].name)\n", ("tests/trainer/checkpoint",),
+           "checkpoints ordered by folder name: step_10 before step_9, latest resumes step_9, retention "
+           "deletes step_10 (issue 45)"),
     # issue 37: resume with a warmup + cosine schedule, each strategy's own restore of the LR step
     Mutant("resume_lr_fsdp2", "trainer/train/fsdp2_strategy.py",
            "        self.scheduler.load_state_dict(torch.load(path / \"scheduler.pt\", weights_only=True))\n", "",
@@ -112,6 +136,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "voided.update(range(0 if upto is None or upto > line else upto + 1, line))",
            ("tests/trainer/pipeline/test_ledger.py",),
            "a record at the snapshot boundary is not rolled back: counted again (issue 37)"),
+    # --- run supervision and confinement ---------------------------------------------------------
+    Mutant("watchdog_mean", "trainer/pipeline/watchdog.py", "bounds.factor * statistics.median(recent)",
+           "bounds.factor * statistics.mean(recent)", ("tests/trainer/pipeline/test_watchdog.py",),
+           "the watchdog's bound follows the mean: one slow outlier ([1, 1, 1, 50] s) stretches 10 s to 132.5 s "
+           "(issue 45)"),
+    Mutant("confinement_sibling_prefix", "trainer/config/confinement.py",
+           "return path == root or path.startswith(root.rstrip(os.sep) + os.sep)",
+           "return path == root or path.startswith(root.rstrip(os.sep))",
+           ("tests/trainer/config/test_config_confinement.py",),
+           "/data/models-secret passes as inside the read root /data/models, runs/70 inside runs/7 (issue 45)"),
     # --- importers ------------------------------------------------------------------------------
     Mutant("verl_clip_swap", "trainer/config/importers/verl.py",
            'Rule(f"{ARR}.actor.clip_ratio_low", "pg_clip_low", 0.18),\n    Rule(f"{ARR}.actor.clip_ratio_high", "pg_clip_high", 0.28),',
@@ -126,6 +160,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "Membership.objects.filter(user=user, team=team).values_list",
            "Membership.objects.filter(user=user).values_list", ("tests/platform/test_team_isolation.py",),
            "the role is read from any of the user's teams, not the one written to (issue 37)"),
+    Mutant("token_detail_by_team", "platform/policylab/api/views.py",
+           "class TokenDetail(generics.RetrieveDestroyAPIView):\n    serializer_class = s.ApiTokenSerializer\n\n"
+           "    def get_queryset(self):\n        return ApiToken.objects.filter(user=self.request.user, team__in=",
+           "class TokenDetail(generics.RetrieveDestroyAPIView):\n    serializer_class = s.ApiTokenSerializer\n\n"
+           "    def get_queryset(self):\n        return ApiToken.objects.filter(team__in=",
+           ("tests/platform/api/test_runs_and_tokens_api.py", "tests/platform/test_team_isolation.py"),
+           "any member reads and revokes a team-mate's API token (issue 45)"),
+    Mutant("quota_no_row_lock", "platform/policylab/experiments/services.py",
+           '    Team.objects.select_for_update().only("pk").get(pk=team.pk)\n', "",
+           ("tests/platform/experiments/test_quota_race.py", "tests/platform/experiments/test_quotas.py"),
+           "two concurrent launches both take a team's last run slot (issue 45; PostgreSQL)", POSTGRES),
     Mutant("ingest_cursor_backwards", "platform/policylab/tracking/ingest.py",
            "new_last = max(cursor.last_seq, events[-1][\"seq\"])", "new_last = events[-1][\"seq\"]",
            ("tests/platform/tracking/test_ingest.py",), "the per-run cursor may move backwards (issue 22's table)"),
@@ -174,7 +219,7 @@ def run_mutant(mutant: Mutant, timeout: float) -> tuple[str, float]:
             return f"NOT APPLIED (the line occurs {text.count(mutant.old)} times: update the mutant)", 0.0
         path.write_text(text.replace(mutant.old, mutant.new))
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "RAY_AUTH_MODE": "disabled",
-               "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
+               "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false", **dict(mutant.env)}
         start = time.monotonic()
         try:
             proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
@@ -183,6 +228,9 @@ def run_mutant(mutant: Mutant, timeout: float) -> tuple[str, float]:
             return "KILLED (timeout)", time.monotonic() - start
         seconds = time.monotonic() - start
         if proc.returncode == 0:
+            tail = proc.stdout.decode(errors="replace").strip().splitlines()[-1:]
+            if tail and " passed" not in tail[0]:  # e.g. "1 skipped": nothing that could notice ran
+                return f"NOT RUN ({tail[0].strip('= ')})", seconds
             return "SURVIVED", seconds
         if proc.returncode in (1,):
             return "KILLED", seconds

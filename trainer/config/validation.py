@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from trainer.config import roll_keys
 from trainer.config.bounds import check_integers
 from trainer.config.bubblewrap import local_sandbox_refusal
 from trainer.config.confinement import tiny_issues
-from trainer.config.importers import detect_and_translate_traced
+from trainer.config.importers import detect_and_translate_traced, rules_of
 from trainer.config.importers.engines import name_the_override
 from trainer.config.introspect import key_locations, models_in
 from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
@@ -122,6 +123,7 @@ def _validate_into(
     result.source_format = fmt
     _add(result, import_issues)
     if result.errors:
+        _add(result, _errors_behind(result.errors, source, overrides, source_format, env))
         return
     config, schema_issues = build_config(native)
     if fmt == "roll":
@@ -135,24 +137,45 @@ def _validate_into(
         if fmt == "roll":
             result.errors = [_with_removal_override(i, raw) for i in result.errors]
         return
-    _add(result, check_rules(config))
-    if result.errors:
+    _add(result, in_source_terms(check_rules(config), fmt, origin))
+    chosen = {f"{role}.strategy_args.strategy_name": strategy_name(role.split(".")[0], worker)
+              for role, worker in roles(config).items()}
+    if result.errors:  # the engines' errors too, in the same pass
+        _add(result, [i for i in name_the_override(fmt, check_availability(config), origin, chosen)
+                      if i.severity == "error"])
+        if fmt == "roll":
+            result.errors = [_with_removal_override(i, raw) if i.kind == "not_built" else i for i in result.errors]
         return
     # A coherent config is kept (and its numbers derived) even when this build lacks a backend it
     # names: the editor still shows it and the CLI prints its arithmetic; `ok` stays False.
     result.config = config
     result.derived = derive(config)
-    chosen = {f"{role}.strategy_args.strategy_name": strategy_name(role.split(".")[0], worker)
-              for role, worker in roles(config).items()}
     _add(result, name_the_override(fmt, check_availability(config), origin, chosen))
     if fmt == "roll":
-        result.errors = [_with_removal_override(i, raw) for i in result.errors]
+        result.errors = [_with_removal_override(i, raw) if i.kind == "not_built" else i for i in result.errors]
     errors = {i.path for i in result.errors}
     result.warnings = [w for w in result.warnings if w.path not in errors]  # one message per field
 
 
 # ---------------------------------------------------------------------------------------------
 # ROLL's non-strict parsing; every error in one pass
+
+
+_NAMED_OVERRIDE = re.compile(r"override (\S+=\S+|~\S+)$")
+
+
+def _errors_behind(
+    errors: list[ConfigIssue], source: Source, overrides: Sequence[str], source_format: str,
+    env: Mapping[str, str] | None,
+) -> list[ConfigIssue]:
+    """The errors the file still has once the overrides that `errors` name are applied: an importer's refusal
+    (a `???`, a recipe key) would otherwise hide the schema's, the rules' and the engines' errors behind it."""
+    named = [m.group(1) for m in (_NAMED_OVERRIDE.search(i.message) for i in errors) if m]
+    if not named or all(o in overrides for o in named):
+        return []
+    later = validate_config(source, [*overrides, *named], source_format, env=env)
+    seen = {i.path for i in errors}
+    return [i for i in later.errors if i.path not in seen]
 
 
 def _drop_what_roll_ignores(
@@ -229,7 +252,7 @@ def _behind_schema_errors(
         paths = [i.path for i in issues if i.path]
     if config is None:
         return []
-    found = [i for i in check_rules(config) if i.severity == "error"]
+    found = [i for i in in_source_terms(check_rules(config), fmt, origin) if i.severity == "error"]
     chosen = {f"{role}.strategy_args.strategy_name": strategy_name(role.split(".")[0], worker)
               for role, worker in roles(config).items()}
     found += [i for i in name_the_override(fmt, check_availability(config), origin, chosen) if i.severity == "error"]
@@ -238,6 +261,31 @@ def _behind_schema_errors(
     sections = {p.rpartition(".")[0] for p in refused}
     return [i for i in found if not any(i.path == p or i.path.startswith(f"{p}.") for p in refused)
             and not ("is required" in i.message and i.path.rpartition(".")[0] in sections)]
+
+
+_OVERRIDE_AT_END = re.compile(r"(?P<sep>[;:] )?override (?P<op>~?)(?P<key>[\w.\-]+)(?P<value>=\S+)?$")
+
+
+def in_source_terms(issues: list[ConfigIssue], fmt: str, origin: Mapping[str, str]) -> list[ConfigIssue]:
+    """A rule's override names a native key; in a translated file it must name the key of that file which set the
+    value (`origin`), or, where no key of the file did, the override is left out rather than named wrongly."""
+    if fmt == "roll":
+        return issues
+    out = []
+    for issue in issues:
+        match = _OVERRIDE_AT_END.search(issue.message)
+        if match is None:
+            out.append(issue)
+            continue
+        source = origin.get(match["key"]) or _source_key(fmt, match["key"])
+        tail = f"{match['sep'] or ''}override {match['op']}{source}{match['value'] or ''}" if source else ""
+        out.append(dataclasses.replace(issue, message=issue.message[: match.start()] + tail))
+    return out
+
+
+def _source_key(fmt: str, native: str) -> str | None:
+    """The key of format `fmt` that the importer's rule table writes to the native path (first such rule)."""
+    return next((rule.source for rule in rules_of(fmt) if rule.target == native and not rule.derived), None)
 
 
 def _with_removal_override(issue: ConfigIssue, raw: Mapping[str, Any]) -> ConfigIssue:
@@ -729,7 +777,7 @@ def _check_lengths(config: PipelineConfig) -> list[ConfigIssue]:
             _error(
                 "sequence_length",
                 f"{config.sequence_length} is shorter than prompt_length + response_length = "
-                f"{config.prompt_length} + {config.response_length} = {total}",
+                f"{config.prompt_length} + {config.response_length} = {total}; override sequence_length={total}",
             )
         )
     for role in ("actor_infer", "validation"):
@@ -954,10 +1002,10 @@ def _check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
         if (reward.reward_type or from_cls) == "reward_model" and reward.model_args.model_name_or_path is None:
             issues.append(_error(f"{path}.model_args.model_name_or_path", "a reward_model reward needs a model path"))
         issues += _judge_issues(config, path, reward, (reward.reward_type or from_cls) == "llm_judge")
+        issues += _outbound_issues(path, "code_url", reward.code_url)
         local = (reward.reward_type or from_cls) == "code_sandbox" and reward.use_local
         if local and (refusal := local_sandbox_refusal()):  # untrusted code runs under bubblewrap or not at all
             issues.append(_error(f"{path}.use_local", refusal.removeprefix("use_local: ")))
-        issues += _outbound_issues(path, "code_url", reward.code_url)
     return issues
 
 
@@ -1065,6 +1113,13 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
                    if near in ENV_TYPES else "")
             issues.append(_error(f"custom_envs.{tag}.env_type", f"{env.env_type!r} is not a registered environment; "
                                  f"valid: {', '.join(ENV_TYPES)}{fix}"))
+        cls = env.env_manager_cls
+        if cls is not None and cls not in ROLL_ENV_MANAGERS:
+            what = ROLL_UNSUPPORTED_ENV_MANAGERS.get(cls, "env manager")
+            issues.append(ConfigIssue(f"custom_envs.{tag}.env_manager_cls", f"the {what} ({cls}) {NOT_BUILT}; "
+                                      "built: TrajEnvManager (one conversation per row) and StepEnvManager; the "
+                                      f"trajectory manager plays {tag}: override ~custom_envs.{tag}.env_manager_cls",
+                                      kind="not_built"))
         turn = env.max_tokens_per_step or turn_default
         if turn > config.response_length:
             issues.append(_error(f"custom_envs.{tag}.max_tokens_per_step", f"{turn} tokens per turn exceed "

@@ -186,6 +186,56 @@ def _megatron_rules(src: str, role: str, train: bool) -> list[Rule]:
     return rules
 
 
+
+@dataclass(frozen=True)
+class UnbuiltRecipe:
+    what: str  # the objective / estimator / trained component, and the recipe it comes from
+    example: Any  # a value the key takes (the docs' example)
+    override: str  # the override that trains the nearest built thing
+    nearest: str  # what that is
+
+
+# verl-recipe keys that select what PolicyLab does not build (verl-project/verl-recipe@48ea0a7 and verl's recipe/).
+UNBUILT_RECIPES: dict[str, UnbuiltRecipe] = {
+    "algorithm.tb_coef": UnbuiltRecipe(
+        "FlowRL's trajectory-balance objective (recipe/flowrl)", 15.0, "~algorithm.tb_coef",
+        "PPO with the file's estimator (FlowRL's reward, no flow balancing)"),
+    "actor_rollout_ref.actor.gvpo_beta": UnbuiltRecipe(
+        "GVPO's group-variance objective (recipe/gvpo: its own actor class and estimator)", 0.1,
+        "~actor_rollout_ref.actor.gvpo_beta",
+        "PPO with the file's estimator (GAE and a critic in gvpo_trainer.yaml; GRPO, the group baseline GVPO's runs "
+        "use, with algorithm.adv_estimator=grpo as well)"),
+    "algorithm.sppo_eta": UnbuiltRecipe(
+        "SPPO's self-play preference objective (recipe/sppo: a squared loss on the log-ratio against eta-scaled "
+        "win rates)", 1.0, "~algorithm.sppo_eta",
+        "PPO with the file's estimator (SPPO's file leaves algorithm.adv_estimator null; add "
+        "algorithm.adv_estimator=grpo for group-relative advantages)"),
+    "actor_rollout_ref.actor.dpo_beta": UnbuiltRecipe(
+        "SPIN's self-play DPO objective (recipe/spin: the policy against its previous iterate)", 0.1,
+        "~actor_rollout_ref.actor.dpo_beta",
+        "PPO with the file's estimator (SPIN's file leaves algorithm.adv_estimator null; add "
+        "algorithm.adv_estimator=grpo for group-relative advantages)"),
+    "reward_model.prime_granularity": UnbuiltRecipe(
+        "PRIME's online implicit process reward model (recipe/prime: a reward model trained with the policy)", "token",
+        "reward_model.enable=false",
+        "the file's estimator (RLOO) on its rule reward alone, PRIME's outcome verifier, without the implicit PRM"),
+    "atropos.api_url": UnbuiltRecipe(
+        "Atropos environments (recipe/atropos: rollouts scored by an Atropos environment server)",
+        "http://localhost:8000", "~atropos", "the file's estimator on its own prompts and reward function"),
+    "trainer.spo.enable": UnbuiltRecipe(
+        "SPO's single-stream estimator (recipe/spo: a KL-adaptive value tracker per prompt as the baseline)", True,
+        "trainer.spo.enable=false", "the file's estimator with its group baseline"),
+    **{f"actor_rollout_ref.actor.{engine}.qat.enable": UnbuiltRecipe(
+        "quantization-aware training (recipe/qat: the actor trains through fake-quantized NVFP4 weights)", True,
+        f"actor_rollout_ref.actor.{engine}.qat.enable=false", "the same recipe in the model's own precision")
+       for engine in ("fsdp_config", "megatron")},
+    "async_flow.staleness": UnbuiltRecipe(
+        "AsyncFlow's streaming GRPO (recipe/async_flow: separate forward and train pools, rollouts up to "
+        "`staleness` policy versions old)", 1, "~async_flow.staleness",
+        "synchronous training with the file's estimator (GRPO as its run scripts set algorithm.adv_estimator=grpo; "
+        "async_generation_ratio in the native file runs rollouts one step ahead)"),
+}
+
 RULES: list[Rule] = [
     # data
     Rule("data.tokenizer", None, "/models/tok", note="the tokenizer is loaded from the model path"),
@@ -227,8 +277,8 @@ RULES: list[Rule] = [
     Rule("algorithm.filter_groups.metric", "rewards.*.query_filter_config", "seq_reward", derived=True,
          note="acc, score, seq_reward, seq_final_reward: all filter on the sequence reward"),
     # recipes whose objective is not built: refused (running them as PPO would train something else)
-    *[Rule(key, None, example, derived=True, note=f"refused: {what} is not built") for key, (what, example)
-      in {"algorithm.tb_coef": ("FlowRL's trajectory-balance objective (recipe/flowrl)", 15.0)}.items()],
+    *[Rule(key, None, recipe.example, derived=True, note=f"refused: {recipe.what} is not built")
+      for key, recipe in UNBUILT_RECIPES.items()],
     Rule("algorithm.filter_groups.max_num_gen_batches", "max_additional_running_prompts", 10, derived=True,
          note="bounds the replacement prompts of a step (0, unbounded in DAPO: 3 × train_batch_size here)"),
     Rule("reward_model.overlong_buffer.enable", None, True, implied=False,
@@ -702,13 +752,16 @@ def _refuse_remax(t: Translation) -> None:
 
 
 def _refuse_unbuilt_objectives(t: Translation) -> None:
-    """A recipe key that selects another objective: without it the file would train PPO instead, so it is refused,
-    naming the override that removes it (for a user who does want PPO)."""
-    for rule in RULES:
-        if rule.note.startswith("refused:") and t.has(rule.source):
-            t.error(rule.source, f"= {t.get(rule.source)!r} is refused: {rule.note.removeprefix('refused: ')}, and "
-                    f"running this file without it trains PPO instead; to train PPO with this file, remove it with "
-                    f"the override ~{rule.source}")
+    """A recipe key that selects an objective, estimator or trained component PolicyLab does not build: the file
+    would train something else, so it is refused, naming the override that trains the nearest built thing and
+    what that is (UNBUILT_RECIPES). The override's own value (`reward_model.enable=false`) lifts the refusal, and so
+    does a falsy value of the key itself (`qat.enable: false`)."""
+    for key, recipe in UNBUILT_RECIPES.items():
+        target, _, value = recipe.override.lstrip("~").partition("=")
+        if not t.get(key) or (value and str(t.get(target)).lower() == value):
+            continue  # unset, or set to nothing (false, 0, null): the recipe is off
+        t.error(key, f"= {t.get(key)!r} is refused: {recipe.what} is not built, and running this file without it "
+                f"would train something else; the nearest built recipe is {recipe.nearest}: override {recipe.override}")
 
 
 def _megatron_optimizer(t: Translation, role: str, src: str) -> None:

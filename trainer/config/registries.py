@@ -43,6 +43,11 @@ ROLL_ENV_MANAGERS: dict[str, str] = {
 # ROLL env-manager classes that ROLL documents but we do not implement yet (clear error).
 ROLL_UNSUPPORTED_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager": "vision-language env manager",
+    "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": (
+        "agent-native step env manager"
+    ),
+    "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step-concat env manager",
+    "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager": "proxy env manager (agent runners)",
 }
 
 # ROLL reward worker classes we accept, mapped to our reward_type.

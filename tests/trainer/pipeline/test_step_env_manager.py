@@ -132,3 +132,19 @@ def test_a_step_wise_run_trains_on_step_rows(tmp_path: Path, estimator: str) -> 
         rows = m["env/step_rows"]
         assert rows % 4 == 0 and 8 * m["env/num_turns"] <= rows < 8 * m["env/num_turns"] + 4
         assert ("system/state_batch_size/mean" in m) == (estimator == "gigpo")  # step values per row
+
+
+def test_validation_takes_step_managers_and_refuses_unbuilt_ones() -> None:
+    from trainer.config import load_raw, validate_config
+
+    def errors(cls: str) -> list[str]:
+        raw = load_raw(AGENTIC, ["+custom_envs.FrozenLake.history_length=3",
+                                 f"+custom_envs.FrozenLake.env_manager_cls={cls}"])
+        return [str(i) for i in validate_config(raw).errors]
+
+    assert errors(STEP_CLS) == []
+    native = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
+    assert errors(native) == [f"custom_envs.FrozenLake.env_manager_cls: the agent-native step env manager ({native}) "
+                              "is not built in this version of PolicyLab; built: TrajEnvManager (one conversation per "
+                              "row) and StepEnvManager; the trajectory manager plays FrozenLake: override "
+                              "~custom_envs.FrozenLake.env_manager_cls"]

@@ -45,9 +45,10 @@ MAX_MIB=${GPU_CHECK_MAX_MIB:-60}
 EXACT="pydantic pydantic-core omegaconf megatron-core transformers deepspeed"
 # what `prepare` downloads: the GPU machine lacks the first nine; transformers is there at an older
 # version, and its own dependencies come along in case that machine's are too old for our pin; hypothesis
-# (a gpu-marked module's helper imports it) is there too, carried for a barer image (installed only if missing)
+# (a gpu-marked module's helper imports it; it needs sortedcontainers) is there too, carried for a barer
+# image (installed only where missing)
 PACKAGES="pydantic pydantic-core annotated-types typing-inspection typing-extensions omegaconf PyYAML
-megatron-core hjson transformers tokenizers safetensors huggingface-hub regex hypothesis attrs sortedcontainers"
+megatron-core hjson transformers tokenizers safetensors huggingface-hub regex hypothesis sortedcontainers"
 
 say() { printf '[gpu_check] %s\n' "$*"; }
 die() { printf '[gpu_check] error: %s\n' "$*" >&2; exit 1; }

@@ -101,6 +101,8 @@ def test_a_row_starts_only_when_the_time_left_covers_its_estimate() -> None:
     assert why_not(spec, False, 1000.0, lambda _: True) == "no CUDA device"
     deepspeed = RowSpec("demo", "deepspeed_train", estimate_s=75)
     assert why_not(deepspeed, True, 1000.0, lambda m: m != "deepspeed") == "deepspeed is not importable here"
+    smoke = RowSpec("demo", "fsdp2_train", estimate_s=75, smoke=True)
+    assert why_not(smoke, False, 1000.0, lambda _: True) == "--smoke runs one row per code path"
 
 
 def test_the_demo_passes_only_on_a_rise_of_the_margin() -> None:

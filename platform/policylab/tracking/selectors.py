@@ -399,15 +399,14 @@ def sqlite_search_index() -> bool:
 
 def rollout_text_filter(q: str) -> Q:
     """Samples whose prompt or response contains `q`, ignoring case, found through the search index
-    (docs/decisions/0046-rollout-search-index.md): on PostgreSQL the `icontains` comparison itself uses the
-    trigram indexes on UPPER(prompt) / UPPER(response); on SQLite the FTS5 trigram table names the candidates
-    and the same `icontains` keeps the exact answer (FTS folds case beyond ASCII, LIKE does not)."""
-    contains = Q(prompt__icontains=q) | Q(response__icontains=q)
+    (docs/decisions/0048-rollout-search-index.md): on PostgreSQL the `icontains` comparison itself uses the
+    trigram indexes on UPPER(prompt) / UPPER(response); on SQLite the FTS5 trigram table answers alone (a
+    phrase of trigrams is an exact substring match, case folded as in Unicode), so no sample row is read to
+    count the matches. Text shorter than a trigram is scanned with `icontains` on both."""
     if connection.vendor != "sqlite" or len(q) < MIN_INDEXED_CHARS or not sqlite_search_index():
-        return contains
+        return Q(prompt__icontains=q) | Q(response__icontains=q)
     phrase = '"' + q.replace('"', '""') + '"'  # one FTS5 string: every character literal
-    candidates = RawSQL(f"SELECT rowid FROM {ROLLOUT_FTS} WHERE {ROLLOUT_FTS} MATCH %s", [phrase])
-    return Q(pk__in=candidates) & contains
+    return Q(pk__in=RawSQL(f"SELECT rowid FROM {ROLLOUT_FTS} WHERE {ROLLOUT_FTS} MATCH %s", [phrase]))
 
 
 def rollouts_matching(run: Run, filters: RolloutFilters) -> QuerySet[RolloutSample]:

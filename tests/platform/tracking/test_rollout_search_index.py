@@ -1,4 +1,4 @@
-"""Rollout search from an index (issue 41, decision 0046): SQLite's FTS5 trigram table and PostgreSQL's pg_trgm
+"""Rollout search from an index (issue 41, decision 0048): SQLite's FTS5 trigram table and PostgreSQL's pg_trgm
 indexes answer `?q=`, with the answers of the linear scan they replaced (every sample whose prompt or response
 holds the text, ignoring ASCII case), and the index follows inserts, ingest's upserts and deletes."""
 
@@ -24,17 +24,18 @@ TEXTS = [  # (prompt, response)
     ("Ünïcödé prompt", "naïve café"),
     ("needle in the haystack", "found the needle-31337 here"),
     ("plain", "nothing to see"),
+    ("aaaa ab", "abab abba baaab"),  # repeated trigrams: a phrase must still be a contiguous substring
+    ("line\nbreak\ttab", "x  y"),
 ]
 QUERIES = ["answer is", "ANSWER", "is 4", "tac", "100%", "a_b", "%", "_", '"hi"', "'there'", "naïve café", "Ünïcödé",
-           "needle-31337", "needle", "the", "zz", "ca", "no such text anywhere", "? "]
+           "NAÏVE CAFÉ", "ünïcödé", "needle-31337", "needle", "the", "zz", "ca", "no such text anywhere", "? ",
+           "aaaa", "aaaaa", "abab", "baba", "abba", "aab", "baaa", "k\nb", "x  y", "x y", "*", "NEAR", "a OR b"]
 
 
 def reference(q: str) -> set[int]:
-    """Indexes of TEXTS holding `q`, ignoring ASCII case (what LIKE / UPPER compare on both databases here)."""
-    def ascii_lower(text: str) -> str:
-        return "".join(c.lower() if c.isascii() else c for c in text)
-    return {i for i, (prompt, response) in enumerate(TEXTS)
-            if ascii_lower(q) in ascii_lower(prompt) or ascii_lower(q) in ascii_lower(response)}
+    """Indexes of TEXTS holding `q`, ignoring case (Python's own lower(); the texts have no letter whose case
+    mapping differs between Python, SQLite's FTS5 folding and PostgreSQL's UPPER)."""
+    return {i for i, (prompt, response) in enumerate(TEXTS) if q.lower() in prompt.lower() or q.lower() in response.lower()}
 
 
 @pytest.fixture

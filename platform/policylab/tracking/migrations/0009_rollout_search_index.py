@@ -1,4 +1,4 @@
-"""The rollout search's index (issue 41, docs/decisions/0046-rollout-search-index.md): a sample's prompt and
+"""The rollout search's index (issue 41, docs/decisions/0048-rollout-search-index.md): a sample's prompt and
 response found by any substring of three characters or more without reading every sample of the run.
 
 - SQLite: an FTS5 table with the trigram tokenizer (SQLite >= 3.34) over the samples' prompt and response,

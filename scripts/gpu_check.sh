@@ -383,7 +383,9 @@ run_check() {
   command -v "$REPORT_PY" >/dev/null 2>&1 || REPORT_PY=$py
   RESULTS=${GPU_CHECK_RESULTS:-}
   if [ -z "$RESULTS" ]; then
-    if [ -n "${OUT:-}" ]; then RESULTS=$OUT/gpu_check.jsonl; else RESULTS=$(mktemp /tmp/gpu_check.XXXXXX.jsonl); fi
+    if [ -n "${OUT:-}" ]; then RESULTS=$OUT/gpu_check.jsonl
+    elif [ "$dry" = 1 ]; then RESULTS="<a temporary file>"
+    else RESULTS=$(mktemp /tmp/gpu_check.XXXXXX.jsonl); fi
   fi
   [ "$dry" = 1 ] || : > "$RESULTS"
 

@@ -1416,6 +1416,12 @@ class CustomEnvConfig(Section):
         None, category="Agentic", ge=1, inactive=import_only("environments run in the driver"),
         description="ROLL: most concurrent steps of this environment type.",
     )
+    tool_wrapper: dict[str, Any] | None = fld(
+        None, category="Agentic",
+        inactive=planned("ROLL's tool_wrapper (tools such as python_code around an environment; ROLL's examples wrap "
+                         "GEM math and QA environments, which are not built: tool calls act in env_type tool_use)"),
+        description="ROLL: tools wrapped around this environment (wrapper_args, tool_configs).",
+    )
     agent_runner_cls: str | None = fld(
         None, category="Agentic", inactive=import_only("classes named in a config are never imported; environments "
                                                        "are played by the trajectory manager"),

@@ -148,3 +148,13 @@ def test_validation_takes_step_managers_and_refuses_unbuilt_ones() -> None:
                               "is not built in this version of PolicyLab; built: TrajEnvManager (one conversation per "
                               "row) and StepEnvManager; the trajectory manager plays FrozenLake: override "
                               "~custom_envs.FrozenLake.env_manager_cls"]
+
+
+def test_rolls_tool_wrapper_is_a_known_key_that_says_it_is_not_built() -> None:
+    from trainer.config import load_raw, validate_config
+
+    raw = load_raw(AGENTIC, ["+custom_envs.FrozenLake.tool_wrapper={wrapper_args: {max_tool_uses: 5}}"])
+    result = validate_config(raw)
+    assert result.errors == []
+    [warning] = [i for i in result.warnings if i.path == "custom_envs.FrozenLake.tool_wrapper"]
+    assert "not built" in warning.message and "tool_use" in warning.message

@@ -93,7 +93,10 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=None, help="reward to compare times at")
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode (interleaved); the best is kept")
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every run, key=value")
+    parser.add_argument("--smoke", action="store_true", help="12 steps of each mode, local workers (CI: seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.workers = 12, "local"
 
     extra = [*LOG_PROBS[args.log_probs], *args.extra]
     results: dict[str, dict] = {}
@@ -130,6 +133,9 @@ def main() -> None:
         print(f"| {mode} | {rate:.2f} | {speed} | {r['step_s'] * 1000:.1f} | {r['final']:.3f} | {r['staleness']:.2f} | "
               f"{f'{reach:.1f}' if reach is not None else 'not reached'} | {equal} | "
               f"{r['load'][0]:.2f} -> {r['load'][1]:.2f} |")
+    if base:
+        print("ratio steps/s to sync: " + ", ".join(f"{mode} {base['wall'] / r['wall']:.2f}x"
+                                                  for mode, r in results.items() if mode != "sync"))
 
 
 if __name__ == "__main__":

@@ -98,7 +98,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each (alternating); the fastest is kept")
     parser.add_argument("--workers", default="local", choices=["local", "ray"])
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for both runs, key=value")
+    parser.add_argument("--smoke", action="store_true", help="4 steps, one seed (CI: seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.seeds, args.window = 4, [42], 2
 
     results: dict[tuple[int, str], dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-dynamic-sampling-") as tmp:
@@ -152,6 +155,8 @@ def main() -> None:
         a, b = means
         ratio = f"{b / a:.2f}" if a and b is not None else "-"
         print(f"| {label} | {cells[0]} | {cells[1]} | {ratio} |")
+    plain, dynamic = (mean([summaries[seed, name]["wall"] for seed in args.seeds]) for name in ("plain", "dynamic"))
+    print(f"\nratio dynamic / plain wall-clock: {dynamic / plain:.2f}x")
     print("\neval reward by step (greedy, 64 held-out prompts), mean over the seeds:\n")
     print("| step | plain | dynamic | dynamic - plain |")
     print("| --- | --- | --- | --- |")

@@ -24,6 +24,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=None, help="POLICYLAB_FAULT_SEED (default: a random one)")
     parser.add_argument("-k", default=None, help="pytest -k expression selecting faults (the peer row always runs)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="collect the fault suite only: CI runs it in full (scripts/test.sh), ~9 min")
     args = parser.parse_args()
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false")
     if args.seed is not None:
@@ -31,6 +33,8 @@ def main() -> int:
     argv = [sys.executable, "-m", "pytest", "tests/faults", "-q", "-p", "no:cacheprovider"]
     if args.k:
         argv += ["-k", f"none or ({args.k})"]
+    if args.smoke:
+        argv.append("--collect-only")
     return subprocess.run(argv, cwd=REPO_ROOT, env=env).returncode
 
 

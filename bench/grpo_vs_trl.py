@@ -14,6 +14,7 @@ the ratio PolicyLab / TRL, and the mean reward of the last 10 steps.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -122,7 +123,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads for both (tiny matrices gain nothing from more, and spinning "
                              "OpenMP threads make timings erratic on a busy machine)")
+    parser.add_argument("--smoke", action="store_true", help="2 steps of 2 x 2 samples, one run each (CI: seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.prompts, args.samples, args.tokens, args.repeats = 2, 2, 2, 4, 1
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
@@ -137,17 +141,22 @@ def main() -> None:
         root = Path(tmp)
         model_dir = build_tiny_model(root / "model", size=args.size, seed=0)
         samples = args.steps * args.prompts * args.samples
+        with_trl = importlib.util.find_spec("trl") is not None
         ours, peer = [], []
         for i in range(args.repeats):
             ours.append(run_policylab(model_dir, root / f"policylab{i}", args))
-            peer.append(run_trl(model_dir, root / f"trl{i}", args))
-    ours_s, trl_s = statistics.median(t for t, _ in ours), statistics.median(t for t, _ in peer)
-    ours_reward, trl_reward = ours[-1][1], peer[-1][1]
+            if with_trl:
+                peer.append(run_trl(model_dir, root / f"trl{i}", args))
+    ours_s = statistics.median(t for t, _ in ours)
     print(f"model {args.size}, PolicyLab engine {args.engine}; batch: {args.prompts} prompts x {args.samples} samples "
           f"x <= {args.tokens} tokens, {args.steps} steps, "
           f"median of {args.repeats} runs each")
-    print(f"PolicyLab: {samples / ours_s:8.1f} samples/s  ({ours_s:.2f} s)  mean reward (last 10 steps) {ours_reward:.3f}")
-    print(f"TRL      : {samples / trl_s:8.1f} samples/s  ({trl_s:.2f} s)  mean reward (last 10 steps) {trl_reward:.3f}")
+    print(f"PolicyLab: {samples / ours_s:8.1f} samples/s  ({ours_s:.2f} s)  mean reward (last 10 steps) {ours[-1][1]:.3f}")
+    if not with_trl:
+        print("peer skipped: TRL (not installed here; pip install -r bench/requirements.txt)")
+        return
+    trl_s = statistics.median(t for t, _ in peer)
+    print(f"TRL      : {samples / trl_s:8.1f} samples/s  ({trl_s:.2f} s)  mean reward (last 10 steps) {peer[-1][1]:.3f}")
     print(f"ratio PolicyLab / TRL: {trl_s / ours_s:.2f}x")
 
 

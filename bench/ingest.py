@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -62,6 +63,20 @@ print(json.dumps({"points": len(metrics), "seconds": elapsed, "stored": stored})
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def cpu_seconds(processes: dict[str, subprocess.Popen]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each server, by the producer processes this one waited for,
+    and by this process (the websocket client): where a point's cost goes, whatever the machine's load."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for name, proc in processes.items():
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        used[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used["producer (trainer side, start-up included)"] = children.ru_utime + children.ru_stime
+    used["websocket client"] = time.process_time()
+    return used
 
 
 def setup_django(database_url: str, redis_url: str, work: Path):
@@ -186,8 +201,9 @@ def main() -> None:
         run, cookie = setup_django(database_url, redis.address, work)
         env = server_env()
         daphne, port = start_daphne(env, work)
-        processes.append(daphne)
-        processes.append(spawn([sys.executable, str(REPO_ROOT / "manage.py"), "ingest_events"], work / "ingest.log", env))
+        ingest = spawn([sys.executable, str(REPO_ROOT / "manage.py"), "ingest_events"], work / "ingest.log", env)
+        processes += [daphne, ingest]
+        servers = {"ingest_events": ingest, "daphne": daphne}
         ws_url = f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/"
 
         jsonl = run.run_dir / "events.jsonl"
@@ -198,8 +214,9 @@ def main() -> None:
         asyncio.run(receive(ws_url, cookie, 1, start(1, 0, None), timeout=30))  # warm up: stream discovered
         # 1. throughput
         steps = args.points // args.keys
-        t0 = time.time()
+        t0, cpu_before = time.time(), cpu_seconds(servers)
         got = asyncio.run(receive(ws_url, cookie, steps, start(steps, 1, None), timeout=300))
+        cpu = {name: used - cpu_before[name] for name, used in cpu_seconds(servers).items()}
         points = sum(n for *_, n in got)
         elapsed = max(r for r, _, _ in got) - t0
         rate = points / elapsed
@@ -217,6 +234,10 @@ def main() -> None:
               f"{args.keys} keys per event:")
         print(f"  throughput: {points} points received over the websocket in {elapsed:.2f} s = {rate:,.0f} points/s "
               f"(stored rows: {stored})")
+        print("  CPU per 1,000 points: " + ", ".join(f"{name} {1e6 * s / points:.1f} ms" for name, s in cpu.items())
+              + f"; all together {1e6 * sum(cpu.values()) / points:.1f} ms = at most "
+              f"{(os.cpu_count() or 1) * points / sum(cpu.values()):,.0f} points/s on {os.cpu_count()} cores "
+              f"(load average {os.getloadavg()[0]:.1f})")
         print(f"  latency at {args.paced_rate:,.0f} points/s, emit -> websocket receipt, {len(latencies)} events: "
               f"p50 {statistics.median(latencies):.0f} ms, p99 {percentile(latencies, 0.99):.0f} ms")
 

@@ -68,7 +68,10 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=64, help="tokens per sequence")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank (alpha: twice the rank, ROLL's default)")
     parser.add_argument("--target", default="all", help="lora_target (all: every linear layer but the head)")
+    parser.add_argument("--smoke", action="store_true", help="1 step of 1 x 16 tokens (CI: seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.batch, args.seq = 1, 1, 16
 
     import torch
 

@@ -176,7 +176,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2, help="sequences per rank per step")
     parser.add_argument("--seq", type=int, default=64, help="tokens per sequence")
     parser.add_argument("--only", nargs="*", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument("--smoke", action="store_true",
+                        help="1 step of 1 x 16 tokens, torch_train vs fsdp2_train (CI: seconds; DeepSpeed's first "
+                             "start JIT-builds its CPU comm op, minutes)")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.batch, args.seq, args.only = 1, 1, 16, ["torch_train", "fsdp2_train"]
 
     results = {name: measure(name, args) for name in args.only}
     params = next(iter(results.values()))[0]["params"]
@@ -193,6 +198,9 @@ def main() -> None:
             value = max(r[key] for r in ranks)
             row += f" {value / MIB:>11.0f} {value / reference[key]:>6.2f}"
         print(row + f" {max(r['step_s'] for r in ranks):>7.2f}")
+    if torch_ranks:
+        print("ratio train peak to torch_train: " + ", ".join(
+            f"{name} {max(r['train'] for r in ranks) / reference['train']:.2f}x" for name, ranks in results.items()))
 
 
 if __name__ == "__main__":

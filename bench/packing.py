@@ -129,7 +129,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--only", nargs="*", choices=MODES, default=list(MODES))
+    parser.add_argument("--smoke", action="store_true",
+                        help="the tiny model, 4 rows, 1 step, 1 thread, padded vs token_budget vs packed_balanced (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.size, args.rows, args.micro, args.steps, args.threads = "tiny", 4, 2, 1, 1
+        args.only = ["padded", "token_budget", "packed_balanced"]  # the three kinds of micro-batch
     ctx = mp.get_context("spawn")
     results: dict[str, dict] = {}
     for _ in range(args.repeats):
@@ -152,6 +157,9 @@ def main() -> None:
         mem_ratio = r["peak_mib"] / base["peak_mib"] if base else float("nan")
         print(f"{mode:<16} {r['tokens_s']:>9.0f} {tok_ratio:>6.2f} {r['s_step']:>7.2f} {r['peak_mib']:>9.0f} "
               f"{mem_ratio:>6.2f} {r['loss']:>12.6f}")
+    if base:
+        print("ratio tokens/s to padded: " + ", ".join(f"{mode} {r['tokens_s'] / base['tokens_s']:.2f}x"
+                                                      for mode, r in results.items() if mode != "padded"))
     print(json.dumps(results))
 
 

@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from scripts.services import PLATFORM_DIR, free_port, service_env, spawn, wait_listening
 
@@ -17,9 +18,25 @@ from scripts.services import PLATFORM_DIR, free_port, service_env, spawn, wait_l
 BENCH_ENV = ("DATABASE_URL", "REDIS_URL", "POLICYLAB_VAR_DIR", "POLICYLAB_RUNS_DIR", "POLICYLAB_LOG_LEVEL")
 
 
+def ensure_database(database_url: str) -> None:
+    """Create the PostgreSQL database `database_url` names when the server lacks it (the README's commands name
+    policylab_bench, which a fresh server does not have); SQLite creates its file itself."""
+    parts = urlsplit(database_url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        return
+    import psycopg
+    from psycopg import sql
+
+    name = parts.path.lstrip("/")
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as admin:
+        if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
 def bench_run(database_url: str, redis_url: str, work: Path, **run_fields: Any) -> tuple[Any, str]:
-    """Configure Django on `database_url` (migrated here), make a user, team, project and experiment and one
-    run with `run_fields`; returns (run, the user's session key for the session cookie)."""
+    """Configure Django on `database_url` (created if need be, migrated here), make a user, team, project and
+    experiment and one run with `run_fields`; returns (run, the user's session key for the session cookie)."""
+    ensure_database(database_url)
     os.environ.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "POLICYLAB_VAR_DIR": str(work),
                        "POLICYLAB_RUNS_DIR": str(work / "runs"), "DJANGO_SETTINGS_MODULE": "policylab.settings",
                        "POLICYLAB_LOG_LEVEL": "WARNING"})

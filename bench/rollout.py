@@ -95,18 +95,24 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="tiny32, 4 tokens, 2 prompts x 2, 1 repeat (CI: seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.sizes, args.lengths, args.prompts, args.n, args.repeats = ["tiny32"], [4], 2, 2, 1
     rng = random.Random(0)
     prompts = [[rng.randrange(0, 256) for _ in range(PROMPT_TOKENS)] for _ in range(args.prompts)]
     print(f"{args.prompts} prompts x n={args.n}, {PROMPT_TOKENS} prompt tokens, float32, 1 thread, "
           f"{args.repeats} timed calls after 1 warm-up", flush=True)
     print(f"{'model':>7} {'params':>8} {'length':>6} {'hf tok/s':>10} {'vllm tok/s':>11} {'vllm/hf':>8}", flush=True)
+    ratios: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
         for size in args.sizes:
             for name, params_m, length, hf_rate, vllm_rate in bench_size(size, args.lengths, prompts, args.n,
                                                                           args.repeats, Path(tmp)):
                 print(f"{name:>7} {params_m:>7.1f}M {length:>6} {hf_rate:>10.0f} {vllm_rate:>11.0f} "
                       f"{vllm_rate / hf_rate:>7.2f}x", flush=True)
+                ratios.append(vllm_rate / hf_rate)
+    print(f"ratio vllm / hf tokens/s: {min(ratios):.2f}x to {max(ratios):.2f}x over {len(ratios)} cells")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,10 @@ def main() -> None:
     parser.add_argument("--syncs", type=int, default=5)
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--smoke", action="store_true", help="tiny32, rank 4, 2 syncs, 2 prompts x 4 tokens (CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.size, args.rank, args.syncs, args.prompts, args.tokens = "tiny32", 4, 2, 2, 4
 
     import torch
     from transformers import AutoModelForCausalLM

@@ -81,7 +81,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="2 steps, 1 round (CI: seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.rounds = 2, 1
 
     runs: dict[bool, list[float]] = {False: [], True: []}
     for round_ in range(args.rounds):

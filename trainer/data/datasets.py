@@ -5,6 +5,11 @@
     {"index": int, "id": str, "prompt": str (rendered text), "input_ids": list[int],
      "answer": str | None, "tag": str | None, "task": str | None, "difficulty": float | None}
 
+Columns: `data_args.prompt` / `data_args.messages`, `response` (the answer), `tag` and `id` name them. Left
+unset, ROLL's layout is read where the row has it (ROLL's data_args defaults and reward workers): a
+`messages` chat when the row has no `prompt`, the answer in `ground_truth` when it has no `answer`, the
+domain in `tag` when it has no `task`.
+
 `difficulty` comes from a `difficulty` column in [0, 1] when the data has one (ROLL's column for
 `difficulty_loss_weight`). ROLL's code-sandbox columns (`case_type`, `test_cases`,
 `test_case_function`) are carried as they are when the row has them (trainer.rewards.code_sandbox),
@@ -282,8 +287,9 @@ def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | 
 
     samples, too_long = [], []
     for i, row in enumerate(rows):
-        text = render_prompt(row, tokenizer, template=template,
-                             prompt_key=None if synthetic else prompt_key, messages_key=messages_key)
+        roll_chat = not (synthetic or prompt_key or messages_key) and "prompt" not in row and "messages" in row
+        text = render_prompt(row, tokenizer, template=template, prompt_key=None if synthetic else prompt_key,
+                             messages_key="messages" if roll_chat else messages_key)
         ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
         fitted = fit_prompt_length(ids, prompt_length, "drop" if side == "error" else side)
         if fitted is None or len(fitted) < len(ids):
@@ -291,13 +297,15 @@ def load_prompt_dataset(data_args: Any, tokenizer: Any, *, prompt_length: int | 
         if fitted is None:
             continue
         answer = row_field(row, answer_key)
+        if answer is None and not _arg(data_args, "response"):
+            answer = row.get("ground_truth")  # ROLL's reward workers read this column
         samples.append({
             "index": len(samples),
             "id": str(row[id_key]) if id_key and row.get(id_key) is not None else str(i),
             "prompt": text if len(fitted) == len(ids) else tokenizer.decode(fitted),
             "input_ids": fitted,
             "answer": None if answer is None else str(answer),
-            "tag": row.get(tag_key) if tag_key else row.get("task"),
+            "tag": row.get(tag_key) if tag_key else row.get("task", row.get("tag")),
             "task": row.get("task"),
             "difficulty": _difficulty(row.get("difficulty")),
             **{key: row[key] for key in CARRIED_COLUMNS if key in row},

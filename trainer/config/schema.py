@@ -23,6 +23,7 @@ from trainer.config.registries import (
     ROLL_REWARD_WORKERS,
     SYNTHETIC_TASKS,
 )
+from trainer.telemetry.events import ALERT_KINDS
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -1280,6 +1281,63 @@ class WatchdogConfig(Section):
         return value
 
 
+class HealthConfig(Section):
+    """PolicyLab's own: the run-health alerts checked on every step (trainer.pipeline.health; the defaults'
+    sources: docs/decisions/0048-run-health-alerts.md)."""
+
+    enabled: bool = fld(True, category="Run supervision", description="Check every step for the signs of a "
+                        "failing run and emit an `alert` event when one trips.")
+    disabled: list[str] = fld_factory(
+        list, category="Run supervision",
+        description=f"Alert kinds switched off; kinds: {', '.join(ALERT_KINDS)}.",
+    )
+    entropy_min: float = fld(0.05, category="Run supervision", ge=0,
+                             description="entropy_collapse: the mean token entropy (nats) below this.")
+    length_clip_ratio_max: float = fld(0.5, category="Run supervision", ge=0, le=1,
+                                       description="length_cap: the share of responses cut at the length cap at "
+                                       "or above this ...")
+    length_clip_ratio_rise: float = fld(0.25, category="Run supervision", ge=0, le=1,
+                                        description="... and this much above the first step's share.")
+    repetition_ngram: int = fld(4, category="Run supervision", ge=1,
+                                description="repetition: the n of the token n-grams counted.")
+    repetition_max: float = fld(0.5, category="Run supervision", gt=0, le=1,
+                                description="repetition: a response repeats when this share of its n-grams are "
+                                "repeats ...")
+    repetition_share_max: float = fld(0.25, category="Run supervision", gt=0, le=1,
+                                      description="... and the alert trips when this share of the step's "
+                                      "responses repeat.")
+    eval_divergence: float = fld(0.05, category="Run supervision", gt=0,
+                                 description="reward_up_eval_down: between two evaluations the training reward "
+                                 "rose and the eval reward fell, each by at least this.")
+    ppo_kl_max: float = fld(0.1, category="Run supervision", gt=0,
+                            description="kl_blowup: actor/ppo_kl above this.")
+    clipfrac_max: float = fld(0.3, category="Run supervision", gt=0, le=1,
+                              description="kl_blowup: actor/clipfrac (share of clipped token ratios) above this.")
+    grad_norm_factor: float = fld(10.0, category="Run supervision", gt=1,
+                                  description="grad_spike: actor/grad_norm above this × the median of the last "
+                                  "grad_norm_window steps.")
+    grad_norm_window: int = fld(20, category="Run supervision", ge=1,
+                                description="grad_spike: steps the median is taken over.")
+    grad_norm_min_steps: int = fld(5, category="Run supervision", ge=1,
+                                   description="grad_spike: steps seen before the check starts.")
+    zero_variance_max: float = fld(0.9, category="Run supervision", gt=0, le=1,
+                                   description="zero_variance: the share of groups whose samples all got one "
+                                   "reward at or above this ...")
+    zero_variance_steps: int = fld(3, category="Run supervision", ge=1,
+                                   description="... on this many steps running (nothing left to learn).")
+    logprob_diff_max: float = fld(0.1, category="Run supervision", gt=0,
+                                  description="logprob_mismatch: rollout/logprob_diff_mean (engine vs trainer "
+                                  "token log-probs) above this.")
+
+    @field_validator("disabled")
+    @classmethod
+    def _known_kinds(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(ALERT_KINDS))
+        if unknown:
+            raise ValueError(f"unknown alert kind(s) {unknown}; valid: {', '.join(ALERT_KINDS)}")
+        return value
+
+
 # ---------------------------------------------------------------------------------------------
 # agentic
 
@@ -1543,6 +1601,10 @@ class PipelineConfig(Section):
     watchdog: WatchdogConfig = fld_factory(
         WatchdogConfig, category="Run supervision",
         description="PolicyLab's stall detection per phase of a step: bounds and what a stall does.",
+    )
+    health: HealthConfig = fld_factory(
+        HealthConfig, category="Run supervision",
+        description="PolicyLab's run-health alerts (entropy collapse, length cap, KL, NaN, …): thresholds, off switches.",
     )
 
     # Batch sizes and lengths

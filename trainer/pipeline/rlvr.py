@@ -42,6 +42,7 @@ from trainer.config.topology import train_shape
 from trainer.models.batch import build_batch
 from trainer.pipeline import dynamic_sampling, resume_report, rewarding
 from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
+from trainer.pipeline.health import HealthMonitor, SampleFacts
 from trainer.pipeline.ledger import LEDGER_FILE, Ledger
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.models import policy_path
@@ -204,6 +205,8 @@ class RLVRPipeline:
         self.refill_metrics: dict[str, float] = {}  # dynamic sampling's for the batch being trained
         self.watchdog: Watchdog | None = None  # set by the runner: every phase below runs inside watch()
         self.profiler = StepProfiler(cfg, groups, emitter)  # profiler_timeline / profiler_memory over profiler_steps
+        self.health = HealthMonitor(cfg.health)  # run-health alerts, checked on every step's metrics and samples
+        self.step_samples: list[SampleFacts] = []  # the step's responses, for the health checks of samples
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:
@@ -245,6 +248,7 @@ class RLVRPipeline:
                 self.history.append(metrics)
                 if self.step % cfg.logging_steps == 0 or self.step == cfg.max_steps:
                     self.emitter.metrics(metrics, step=self.step)
+                self.check_health(metrics)
                 self.emitter.status("running", step=self.step, total_steps=cfg.max_steps, eta_s=self.eta())
                 self.log(self.progress_line(metrics))
                 if self.step % cfg.save_steps == 0 or self.step == cfg.max_steps:
@@ -259,6 +263,12 @@ class RLVRPipeline:
                 self.producer.stop(timeout_s=120.0 if sys.exc_info()[0] is None else 5.0)
             self.ledger.close()
         return self.history
+
+    def check_health(self, metrics: dict[str, float]) -> None:
+        """The step's run-health alerts (trainer.pipeline.health) as `alert` events and log lines."""
+        for alert in self.health.check(self.step, metrics, self.step_samples):
+            self.emitter.alert(alert.data(), step=self.step)
+            self.log(f"health alert at step {self.step}: {alert.kind} ({alert.metric}): {alert.message}")
 
     def watch(self, phase: str) -> contextlib.AbstractContextManager[Any]:
         """The watchdog's scope of `phase` (trainer.pipeline.watchdog), when the runner set one."""
@@ -445,6 +455,7 @@ class RLVRPipeline:
         difficulty = (torch.tensor([float(records[g.prompt_index]["difficulty"]) for g in gens])
                       if cfg.difficulty_loss_weight else None)
         samples = [records[g.prompt_index] for g in gens]
+        self.step_samples = [SampleFacts(g.prompt_index, g.sample_index, g.stop_reason, g.token_ids) for g in gens]
         token_rewards, values, weights = self.update(
             step, batch, group_ids, engine_log_probs, timer, metrics, staleness=staleness, difficulty=difficulty,
             query_filter=dynamic_sampling.query_filter_mask(cfg, samples, scores, group_ids),

@@ -52,6 +52,9 @@ class RunTelemetry:
     def profile(self, data: Mapping[str, Any], step: int) -> None:
         self.emitter.profile(data, step)
 
+    def alert(self, data: Mapping[str, Any], step: int) -> None:
+        self.emitter.alert(data, step)
+
     @property
     def attempt(self) -> int:
         return self.emitter.attempt

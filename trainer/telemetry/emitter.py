@@ -76,6 +76,9 @@ class EventEmitter:
     def profile(self, data: Mapping[str, Any], step: int) -> Event:
         return self.emit("profile", ev.profile_data(data), step)
 
+    def alert(self, data: Mapping[str, Any], step: int) -> Event:
+        return self.emit("alert", ev.alert_data(data), step)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()

@@ -17,13 +17,16 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 EVENT_VERSION = 1
 EventType = Literal["status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume", "stall",
-                    "profile"]
+                    "profile", "alert"]
 EVENT_TYPES: tuple[str, ...] = ("status", "metrics", "rollouts", "checkpoint", "log", "system", "fingerprint", "resume",
-                                "stall", "profile")
+                                "stall", "profile", "alert")
 STALL_STATES: tuple[str, ...] = ("stalled", "recovered")
 # a profile file (trainer.roles.profiling): a torch.profiler timeline, or a memory profile (CUDA: a snapshot)
 PROFILE_KINDS: tuple[str, ...] = ("timeline", "memory")
 PROFILE_FORMATS: tuple[str, ...] = ("chrome_trace_gz", "cuda_memory_snapshot")
+# a run-health alert (trainer.pipeline.health; docs/decisions/0048-run-health-alerts.md)
+ALERT_KINDS: tuple[str, ...] = ("nan", "entropy_collapse", "length_cap", "repetition", "reward_up_eval_down",
+                                "kl_blowup", "grad_spike", "zero_variance", "logprob_mismatch")
 RUN_STATES: tuple[str, ...] = ("starting", "running", "succeeded", "failed", "cancelled")
 CHECKPOINT_CONTENTS: tuple[str, ...] = ("model", "optimizer", "scheduler", "rng", "data")
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -144,6 +147,24 @@ class ProfileData(TypedDict):
     format: str  # PROFILE_FORMATS
 
 
+class AlertSample(TypedDict):
+    group_id: int
+    sample_index: int
+
+
+class AlertData(TypedDict):
+    """A run-health check that tripped at the event's step (trainer.pipeline.health): which kind, on which
+    metric, its value (null when NaN/inf) against which threshold, and the step's samples that tripped it
+    (those of a sample check; the inspector shows them by step, group and index)."""
+
+    kind: str  # ALERT_KINDS
+    metric: str
+    value: float | None
+    threshold: float
+    message: str
+    samples: list[AlertSample]
+
+
 class ResumeData(TypedDict):
     """What a resumed attempt restored (trainer.pipeline.resume_report): `ok` false names, in `problems`,
     what does not add up; the attempt then fails instead of training on."""
@@ -158,6 +179,7 @@ class ResumeData(TypedDict):
 FINGERPRINT_KEYS: tuple[str, ...] = ("packages", "policylab", "hardware", "config_hash", "data")
 RESUME_KEYS: tuple[str, ...] = ("ok", "problems", "checkpoint", "step")
 STALL_KEYS: tuple[str, ...] = ("state", "phase", "elapsed_s")
+ALERT_KEYS: tuple[str, ...] = ("kind", "metric", "value", "threshold", "message", "samples")
 PROFILE_KEYS: tuple[str, ...] = ("path", "size_bytes", "role", "rank", "call", "kind", "format")
 
 
@@ -339,6 +361,18 @@ def stall_data(data: Mapping[str, Any]) -> StallData:
     if data["state"] not in STALL_STATES:
         raise ValueError(f"stall: state {data['state']!r}; valid: {', '.join(STALL_STATES)}")
     return dict(data)  # type: ignore[return-value]
+
+
+def alert_data(data: Mapping[str, Any]) -> AlertData:
+    missing = [k for k in ALERT_KEYS if k not in data]
+    if missing:
+        raise ValueError(f"alert: missing {', '.join(missing)}")
+    if data["kind"] not in ALERT_KINDS:
+        raise ValueError(f"alert: kind {data['kind']!r}; valid: {', '.join(ALERT_KINDS)}")
+    bad = [s for s in data["samples"] if not isinstance(s, Mapping) or {"group_id", "sample_index"} - set(s)]
+    if bad:
+        raise ValueError(f"alert: samples need group_id and sample_index; got {bad[0]!r}")
+    return {k: data[k] for k in ALERT_KEYS}  # type: ignore[return-value]
 
 
 def profile_data(data: Mapping[str, Any]) -> ProfileData:

@@ -7,7 +7,7 @@ For each database (a fresh SQLite file; a fresh PostgreSQL database `policylab_b
 127.0.0.1:5432), one run of `--samples` samples (prompts of ~25 words, responses of ~80, a 80-entry
 log-prob list each, as ingest stores them) is stored with bulk_create through the migrated schema, so the
 search index (tracking migration 0009: FTS5 trigram on SQLite, pg_trgm GIN on PostgreSQL) is kept by the
-database itself. Then, per query, median of --repeats after one warm-up:
+database itself; on PostgreSQL a VACUUM ANALYZE follows, as autovacuum runs after a bulk load. Then, per query, median of --repeats after one warm-up:
 
 - indexed: GET /api/runs/<id>/rollouts/?q=… through Django's test client (the whole request: count, first
   page of 50, steps, stop reasons), as it is served now;
@@ -106,6 +106,9 @@ def measure(database_url: str, samples: int, repeats: int) -> int:
 
         vendor = connection.vendor
         stored_s = store(run, samples)
+        if vendor == "postgresql":  # what autovacuum does after a bulk load: statistics, and the visibility map
+            with connection.cursor() as cursor:  # that index-only scans need
+                cursor.execute("VACUUM ANALYZE tracking_rolloutsample")
         client = Client()
         client.cookies[settings.SESSION_COOKIE_NAME] = session
         url = f"/api/runs/{run.pk}/rollouts/"

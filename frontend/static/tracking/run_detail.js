@@ -246,13 +246,14 @@ function onEvents(events, run) {
     else if (e.type === "checkpoint" && e.data.checkpoints) setCheckpoints(e.data.checkpoints);
     else if (e.type === "fingerprint" || e.type === "resume") sections.add("attempt-records");
     else if (e.type === "stall") sections.add("run-stalls");
+    else if (e.type === "alert") sections.add("run-alerts");
     else if (e.type === "profile") sections.add("run-profiles");
   }
   sections.forEach(refreshSection);
   showState(run);
 }
 
-// An attempt's fingerprint or resume report, a stall, or a profiler file arrived: the server renders that section
+// An attempt's fingerprint or resume report, a stall, a health alert or a profiler file arrived: the server renders that section
 // again (it is stored before it is published), and the page takes it in place of its own.
 async function refreshSection(id) {
   const response = await fetch(location.pathname, { headers: { Accept: "text/html" } });

@@ -11,7 +11,7 @@ from policylab.accounts.models import ApiToken, Team, TeamSecret
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
 from policylab.redaction import shown_config, shown_config_text
-from policylab.tracking.selectors import attempt_records, run_profiles, run_stalls
+from policylab.tracking.selectors import attempt_records, run_alerts, run_profiles, run_stalls
 
 
 @extend_schema_field({"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "string"}]})
@@ -165,6 +165,26 @@ class StallOut(serializers.Serializer):
     open = serializers.BooleanField(help_text="the latest attempt is stalled now")
 
 
+class AlertSampleOut(serializers.Serializer):
+    group_id = serializers.IntegerField()
+    sample_index = serializers.IntegerField()
+
+
+class AlertOut(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    seq = serializers.IntegerField()
+    step = serializers.IntegerField(help_text="the step whose metrics or samples tripped it")
+    time = serializers.DateTimeField()
+    kind = serializers.CharField(help_text="entropy_collapse, length_cap, repetition, reward_up_eval_down, kl_blowup, "
+                                 "grad_spike, zero_variance, logprob_mismatch or nan (decision 0048)")
+    metric = serializers.CharField()
+    value = serializers.FloatField(allow_null=True, help_text="null when the value was NaN or infinite")
+    threshold = serializers.FloatField(allow_null=True, help_text="the config's health bound it passed")
+    message = serializers.CharField(allow_blank=True)
+    samples = AlertSampleOut(many=True, help_text="the step's samples that tripped it (sample checks)")
+    inspector_url = serializers.CharField(help_text="the rollout inspector at the alert's step")
+
+
 class ProfileOut(serializers.Serializer):
     id = serializers.IntegerField()
     step = serializers.IntegerField()
@@ -186,14 +206,16 @@ class ProfileOut(serializers.Serializer):
 
 class RunDetailSerializer(RunSerializer):
     """A run with what each attempt ran on and resumed (tracking's AttemptRecord), newest attempt first, the
-    watchdog's stalls, newest first, and the profiler's files (profiler_timeline / profiler_memory) by step."""
+    watchdog's stalls, newest first, the run-health alerts, newest first, and the profiler's files
+    (profiler_timeline / profiler_memory) by step."""
 
     attempt_records = serializers.SerializerMethodField()
     stalls = serializers.SerializerMethodField()
+    alerts = serializers.SerializerMethodField()
     profiles = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "attempt_records", "stalls", "profiles"]
+        fields = [*RunSerializer.Meta.fields, "attempt_records", "stalls", "alerts", "profiles"]
         read_only_fields = fields
 
     @extend_schema_field(AttemptRecordOut(many=True))
@@ -203,6 +225,10 @@ class RunDetailSerializer(RunSerializer):
     @extend_schema_field(StallOut(many=True))
     def get_stalls(self, run: Run) -> list[dict]:
         return StallOut(run_stalls(run), many=True).data
+
+    @extend_schema_field(AlertOut(many=True))
+    def get_alerts(self, run: Run) -> list[dict]:
+        return AlertOut(run_alerts(run), many=True).data
 
     @extend_schema_field(ProfileOut(many=True))
     def get_profiles(self, run: Run) -> list[dict]:

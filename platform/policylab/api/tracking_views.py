@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from policylab.api.serializers import ErrorSerializer
+from policylab.api.serializers import AlertOut, ErrorSerializer
 from policylab.experiments.models import Run, RunStatus
 from policylab.ids import MAX_ID
 from policylab.query_budget import QueryStopped, client_gone, query_budget
@@ -368,6 +368,16 @@ class RunCheckpoints(APIView):
         pages = CheckpointPages()
         page = pages.paginate_queryset(Checkpoint.objects.filter(run=run).order_by("-step"), request, view=self)
         return pages.get_paginated_response(selectors.checkpoint_dicts(run, page))
+
+
+class RunAlerts(APIView):
+    @extend_schema(
+        responses={200: AlertOut(many=True), **ERRORS},
+        description="The run's health alerts (decision 0048), newest first: the step, the kind, the metric, its value "
+        "against the threshold, the step's samples that tripped it and the inspector's address at that step.",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        return Response(AlertOut(selectors.run_alerts(scoped_run(request, run_id)), many=True).data)
 
 
 class RunStateOut(serializers.Serializer):

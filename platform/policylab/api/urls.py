@@ -41,6 +41,7 @@ tracking_urlpatterns = [
     path("api/runs/<int:run_id>/metrics/export/", tracking_views.RunMetricsExport.as_view(), name="api-metrics-export"),
     path("api/runs/<int:run_id>/checkpoints/", tracking_views.RunCheckpoints.as_view(), name="api-checkpoints"),
     path("api/runs/<int:run_id>/logs/", tracking_views.RunLogs.as_view(), name="api-logs"),
+    path("api/runs/<int:run_id>/alerts/", tracking_views.RunAlerts.as_view(), name="api-alerts"),
     path("api/runs/<int:run_id>/events/", tracking_views.RunEvents.as_view(), name="api-events"),
     path("api/chart-pins/", tracking_views.ChartPins.as_view(), name="api-chart-pins"),
 ]

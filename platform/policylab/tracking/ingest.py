@@ -40,6 +40,7 @@ from policylab.tracking.models import (
     MetricPoint,
     MetricSummary,
     RolloutSample,
+    RunAlert,
     RunProfile,
     RunStall,
     SystemPoint,
@@ -98,6 +99,7 @@ class RunBatch:
     attempt_facts: dict[tuple[int, str], tuple[int, dict[str, Any]]] = field(default_factory=dict)
     stall_events: list[dict[str, Any]] = field(default_factory=list)  # the watchdog's, in seq order
     profiles: dict[tuple[str], RunProfile] = field(default_factory=dict)  # (path,) -> row: the profiler's files
+    alerts: list[RunAlert] = field(default_factory=list)  # run-health alerts
 
     def add(self, run_id: int, event: dict[str, Any]) -> None:
         """Build the rows of one event; within a batch the larger seq wins on a shared unique key."""
@@ -140,6 +142,8 @@ class RunBatch:
         elif kind == "profile":
             row = profile_row(data, step, time, common)
             self.profiles[(row.path,)] = row
+        elif kind == "alert":
+            self.alerts.append(alert_row(data, step, time, common))
         elif kind == "status":
             last = self.status_events[-1] if self.status_events else None
             if last is not None and (last["attempt"], last["data"].get("state")) == (attempt, data.get("state")):
@@ -149,7 +153,7 @@ class RunBatch:
 
 
 ATTEMPT_FACTS = ("fingerprint", "resume")  # event types stored whole on the attempt's AttemptRecord
-PAGE_RENDERED = (*ATTEMPT_FACTS, "stall", "profile")  # event types whose run-page section the server renders
+PAGE_RENDERED = (*ATTEMPT_FACTS, "stall", "profile", "alert")  # event types whose run-page section the server renders
 
 
 def storable_json(value: Any) -> Any:
@@ -213,6 +217,16 @@ def profile_row(data: Mapping[str, Any], step: int, time: float, common: dict) -
                       rank=number("rank"), call=storable(data.get("call", ""))[:64],
                       kind=storable(data.get("kind", ""))[:16], format=storable(data.get("format", ""))[:32],
                       size_bytes=number("size_bytes"), time=datetime.fromtimestamp(time, tz=UTC), **common)
+
+
+def alert_row(data: Mapping[str, Any], step: int, time: float, common: dict) -> RunAlert:
+    """A RunAlert of an `alert` event's data (trainer.telemetry.events.AlertData); only well-formed sample ids kept."""
+    samples = [{"group_id": s["group_id"], "sample_index": s["sample_index"]} for s in data.get("samples") or []
+               if isinstance(s, Mapping) and all(isinstance(s.get(k), int) for k in ("group_id", "sample_index"))]
+    return RunAlert(step=step, time=datetime.fromtimestamp(time, tz=UTC), kind=storable(data.get("kind", ""))[:32],
+                    metric=storable(data.get("metric", ""))[:200], value=finite_or_none(data.get("value")),
+                    threshold=finite_or_none(data.get("threshold")),
+                    message=redact_credentials(storable(data.get("message", ""))), samples=samples, **common)
 
 
 def storable(text: Any) -> str:
@@ -382,6 +396,7 @@ def store_run_batch(run_id: int, batch: RunBatch, cursor: IngestCursor) -> None:
     store_attempt_facts(run_id, batch.attempt_facts)
     store_stalls(run_id, batch.stall_events)
     store_profiles(run_id, batch.profiles, cursor)
+    RunAlert.objects.bulk_create(batch.alerts, ignore_conflicts=True)  # keyed by seq: a replay adds nothing
     if batch.checkpoints:
         mirror_retention(run_id)
     for event in batch.status_events:

@@ -244,3 +244,29 @@ class RunProfile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} of {self.role} rank {self.rank} {self.call} at step {self.step} of run {self.run_id}"
+
+
+class RunAlert(models.Model):
+    """A run-health check that tripped (the trainer's `alert` events, trainer.pipeline.health; decision 0048): at
+    which step, of which kind, on which metric, its value against which threshold, and the step's samples that
+    tripped it ([{"group_id", "sample_index"}], for the inspector). One row per event (its seq); replays change
+    nothing."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alerts")
+    attempt = models.PositiveIntegerField(default=1)
+    seq = models.BigIntegerField(help_text="the `alert` event's seq")
+    step = models.BigIntegerField()
+    time = models.DateTimeField()
+    kind = models.CharField(max_length=32, help_text="entropy_collapse, length_cap, nan, … (ALERT_KINDS)")
+    metric = models.CharField(max_length=200)
+    value = models.FloatField(null=True, help_text="null: the value was NaN or infinite")
+    threshold = models.FloatField(null=True)
+    message = models.TextField(blank=True)
+    samples = models.JSONField(default=list, help_text='[{"group_id", "sample_index"}] of the step')
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_run_alert")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} alert of run {self.run_id} at step {self.step}"

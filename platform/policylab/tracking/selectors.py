@@ -45,6 +45,7 @@ from policylab.tracking.models import (
     MetricPoint,
     MetricSummary,
     RolloutSample,
+    RunAlert,
     RunProfile,
     RunStall,
     SystemPoint,
@@ -692,6 +693,16 @@ def run_stalls(run: Run) -> list[dict[str, Any]]:
              "file": s.file, "recovered_after_s": s.recovered_after_s,
              "open": active and s.attempt == latest and s.recovered_after_s is None}
             for s in RunStall.objects.filter(run=run).order_by("-seq")]
+
+
+def run_alerts(run: Run) -> list[dict[str, Any]]:
+    """The run's health alerts (RunAlert), newest first, each with the inspector's address at its step."""
+    inspector = reverse("tracking:rollouts", args=[run.pk])
+    return [{"attempt": a.attempt, "seq": a.seq, "step": a.step, "time": a.time, "kind": a.kind, "metric": a.metric,
+             "value": a.value, "threshold": a.threshold, "message": shown_text(a.message, run.run_dir),
+             "samples": a.samples,
+             "inspector_url": f"{inspector}?step_min={a.step}&step_max={a.step}&step={a.step}&latest=0"}
+            for a in RunAlert.objects.filter(run=run).order_by("-seq")]
 
 
 def run_profiles(run: Run) -> list[dict[str, Any]]:

@@ -48,6 +48,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "phases": [*statuses.PROGRESS, "finished"],
             "attempt_records": selectors.attempt_records(run),
             "stalls": selectors.run_stalls(run),
+            "alerts": selectors.run_alerts(run),
             "profiles": selectors.run_profiles(run),
         },
     )

@@ -1,0 +1,85 @@
+"""Run-health alerts (decision 0048): the trainer's `alert` events are stored once each (replays add nothing),
+listed by the API (run detail and /alerts/) with their step, metric, value, threshold and samples, shown on the
+run page linked to the inspector at their step, all within the caller's team."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from policylab.tracking.ingest import ingest_events, live_event
+from policylab.tracking.models import RunAlert
+from tests.platform.tracking.conftest import event
+from trainer.config.schema import HealthConfig
+from trainer.pipeline.health import HealthMonitor, SampleFacts
+from trainer.telemetry import events as ev
+
+pytestmark = pytest.mark.django_db
+
+
+def trainer_alerts(run_id: int) -> list[dict]:
+    """The alert events the trainer's own monitor emits for a step whose entropy collapsed and whose responses
+    ran to the length cap, and for a later step with a NaN loss."""
+    monitor = HealthMonitor(HealthConfig())
+    samples = [SampleFacts(3, 0, "length", [1, 2]), SampleFacts(3, 1, "eos", [1]), SampleFacts(5, 2, "length", [4])]
+    monitor.check(1, {"response_length/clip_ratio": 0.0})
+    step4 = monitor.check(4, {"actor/entropy": 0.01, "response_length/clip_ratio": 2 / 3}, samples)
+    step5 = monitor.check(5, {"actor/pg_loss": math.nan})
+    alerts = [(4, a) for a in step4] + [(5, a) for a in step5]
+    return [ev.make_event("alert", run_id=str(run_id), attempt=1, seq=10 + i, step=step,
+                          data=ev.alert_data(a.data()), time=1_763_800_000.0 + i).to_dict()
+            for i, (step, a) in enumerate(alerts)]
+
+
+def client_of(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_alerts_are_stored_once_with_step_metric_threshold_and_samples(make_run) -> None:
+    run = make_run()
+    events = trainer_alerts(run.pk)
+    ingest_events(events, publish=False)
+    ingest_events(events, publish=False)  # a replay
+    rows = {a.kind: a for a in RunAlert.objects.filter(run=run)}
+    assert sorted(rows) == ["entropy_collapse", "length_cap", "nan"]
+    entropy, length, nan = rows["entropy_collapse"], rows["length_cap"], rows["nan"]
+    assert (entropy.step, entropy.metric, entropy.value, entropy.threshold) == (4, "actor/entropy", 0.01, 0.05)
+    assert length.samples == [{"group_id": 3, "sample_index": 0}, {"group_id": 5, "sample_index": 2}]
+    assert (nan.step, nan.metric, nan.value) == (5, "actor/pg_loss", None)
+    assert live_event(events[0], run.run_dir)["data"] == {"kind": "entropy_collapse"}  # the page fetches the rest
+
+
+def test_api_and_run_page_show_alerts_to_the_team_only(make_run, user, other_user) -> None:
+    run = make_run(user=user)
+    ingest_events(trainer_alerts(run.pk), publish=False)
+    listed = client_of(user).get(reverse("tracking:api-alerts", args=[run.pk])).json()
+    assert [(a["kind"], a["step"]) for a in listed] == [("nan", 5), ("length_cap", 4), ("entropy_collapse", 4)]
+    length = listed[1]
+    assert (length["metric"], length["value"], length["threshold"]) == ("response_length/clip_ratio",
+                                                                       pytest.approx(2 / 3), 0.5)
+    assert length["samples"][0] == {"group_id": 3, "sample_index": 0}
+    inspector = reverse("tracking:rollouts", args=[run.pk])
+    assert length["inspector_url"] == f"{inspector}?step_min=4&step_max=4&step=4&latest=0"
+    detail = client_of(user).get(reverse("api:run-detail", args=[run.pk])).json()
+    assert detail["alerts"] == listed
+    page = client_of(user).get(reverse("tracking:run_detail", args=[run.pk])).content.decode()
+    section = page[page.index('id="run-alerts"'):]
+    assert "3 alerts" in section and "<strong>entropy_collapse</strong> at step 4" in section
+    assert f'href="{inspector}?step_min=4&amp;step_max=4&amp;step=4&amp;latest=0"' in section
+    assert "group 3 #0, group 5 #2" in section and "NaN/inf" in section
+    stranger = client_of(other_user)
+    assert stranger.get(reverse("tracking:api-alerts", args=[run.pk])).status_code == 404
+    assert stranger.get(reverse("api:run-detail", args=[run.pk])).status_code == 404
+
+
+def test_a_run_without_alerts_hides_the_section(make_run, user) -> None:
+    run = make_run(user=user)
+    ingest_events([event("metrics", run.pk, 1, 1, {"values": {"actor/entropy": 2.0}})], publish=False)
+    page = client_of(user).get(reverse("tracking:run_detail", args=[run.pk])).content.decode()
+    assert 'id="run-alerts" class="card alert-list" aria-label="health alerts" hidden' in page
+    assert client_of(user).get(reverse("tracking:api-alerts", args=[run.pk])).json() == []

@@ -68,8 +68,8 @@ LOCATION_WORDS = re.compile(
     r"LIB|LIBRARY|PRELOAD|CERTS?|BUNDLE|LOCATION|MODELSCOPE|INSECURE)(_|$)"
 )
 # Never, whatever a deployment allows: what the interpreter, the dynamic loader, the shell, Ray's worker
-# placement and the platform itself read.
-RESERVED_ENV = re.compile(r"^(LD_.*|DYLD_.*|PYTHON.*|PATH|HOME|BASH_ENV|ENV|POLICYLAB_.*|CUDA_VISIBLE_DEVICES)$")
+# placement and the platform itself read; RAY_AUTH_* is the cluster's credential (decision 0047).
+RESERVED_ENV = re.compile(r"^(LD_.*|DYLD_.*|PYTHON.*|PATH|HOME|BASH_ENV|ENV|POLICYLAB_.*|CUDA_VISIBLE_DEVICES|RAY_AUTH_.*)$")
 
 
 class PathRefused(ValueError):

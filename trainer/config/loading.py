@@ -52,6 +52,7 @@ MAX_DEFAULTS_DEPTH = 8
 # Top-level sections of verl / SkyRL / RLinf files (their defaults files may hold them).
 _KEY_RE = re.compile(r"^[A-Za-z_][\w\-]*(\.[\w\-]+)*$")
 ENV_ALLOW_VAR = "POLICYLAB_CONFIG_ENV_ALLOW"
+NEVER_READ_PREFIX = "RAY_AUTH_"  # the Ray cluster's credential, whatever a deployment allows (decision 0047)
 MAX_NUMBER = 1e18  # arithmetic resolvers refuse results past this (no 2**(2**30) from nested multiply)
 
 
@@ -624,7 +625,8 @@ def config_environment() -> dict[str, str]:
     if allow is None:
         return dict(os.environ)
     patterns = [p.strip() for p in allow.split(",") if p.strip()]
-    return {k: v for k, v in os.environ.items() if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
+    return {k: v for k, v in os.environ.items()
+            if any(fnmatch.fnmatchcase(k, p) for p in patterns) and not k.startswith(NEVER_READ_PREFIX)}
 
 
 def apply_env(data: Any, env: Mapping[str, str] | None, path: str = "") -> tuple[Any, list[ConfigIssue]]:

@@ -110,6 +110,14 @@ def _is_this_machine(address: str) -> bool:
     return True
 
 
+def _is_local(address: str) -> bool:
+    """True for an address that reaches this machine: loopback, unspecified, or one of its own."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or ip.is_unspecified or _is_this_machine(str(ip))
+
+
 def address_problem(address: str) -> str | None:
     """Why a run may not reach this address by default, or None for a public address."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
@@ -177,9 +185,7 @@ def check_url(url: str, field: str, *, policy: OutboundPolicy | None = None,
     allowed = policy.allows(parts)
     for address in addresses:
         problem = address_problem(address)
-        local = problem is not None and ("loopback" in problem or "this machine" in problem
-                                         or "unspecified" in problem)
-        if port in policy.deny_ports and local:
+        if port in policy.deny_ports and _is_local(address):
             raise OutboundRefused(f"{field}: {url!r} reaches port {port} of this machine ({address}), a service of "
                                   f"the platform itself ({DENY_VAR}); no allow-list entry opens it")
         if problem and not allowed:

@@ -205,6 +205,35 @@ def cmd_runs_list(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_runs_show(client: Client, args: argparse.Namespace) -> int:
+    """The run's state line, then its health alerts (decision 0048), oldest first, each with the inspector's
+    address at its step."""
+    run = client.run(args.run)
+    if args.json:
+        print(json.dumps(run, indent=1))
+        return EXIT_OK
+    print(describe(run))
+    alerts = list(reversed(run.get("alerts") or []))  # the API lists them newest first
+    print(f"health alerts: {len(alerts) or 'none'}")
+    for alert in alerts:
+        print(f"  {alert_line(alert)}")
+        print(f"    inspect: {client.url}{alert['inspector_url']}")
+    return EXIT_OK
+
+
+def alert_line(alert: dict[str, Any]) -> str:
+    """"step 4  entropy_collapse  actor/entropy = 0.01 (threshold 0.05): message [samples: 3#0, 5#2]"."""
+    value = "NaN/inf" if alert["value"] is None else f"{alert['value']:.4g}"
+    threshold = "" if alert["threshold"] is None else f" (threshold {alert['threshold']:.4g})"
+    samples = ", ".join(f"{s['group_id']}#{s['sample_index']}" for s in alert.get("samples") or [])
+    return (f"step {alert['step']}  {alert['kind']}  {alert['metric']} = {value}{threshold}: {alert['message']}"
+            + (f" [samples (group#index): {samples}]" if samples else ""))
+
+
+def cmd_runs(client: Client, args: argparse.Namespace) -> int:
+    return cmd_runs_show(client, args) if args.runs_command == "show" else cmd_runs_list(client, args)
+
+
 def checkpoint_ref(text: str) -> int | str:
     if text == LATEST:
         return LATEST
@@ -291,12 +320,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "or tags, or whose message, hold TEXT (ignoring case): History's search")
     listing.add_argument("--limit", type=int, default=20)
     listing.add_argument("--json", action="store_true")
+    show = runs_sub.add_parser("show", help="a run's state and its health alerts (entropy collapse, length cap, …)")
+    run_id(show)
+    show.add_argument("--json", action="store_true", help="the API's whole run detail")
     return parser
 
 
 COMMANDS = {
     "submit": cmd_submit, "status": cmd_status, "logs": cmd_logs, "cancel": cmd_cancel, "resume": cmd_resume,
-    "fork": cmd_fork, "metrics": cmd_metrics, "checkpoints": cmd_checkpoints, "runs": cmd_runs_list,
+    "fork": cmd_fork, "metrics": cmd_metrics, "checkpoints": cmd_checkpoints, "runs": cmd_runs,
 }
 
 

@@ -594,7 +594,7 @@ class HistoryQuery:
 def history_runs(user: Any, *, search: str = "", tag: str = "", status: str = "",
                  columns: Sequence[MetricColumn] = (), sort: str = "-created") -> QuerySet[Run]:
     """The team's runs filtered by a free-text search (experiment name, description, project, tags, run
-    message), a tag and a status; annotated with `duration` and, per metric column i, `metric_<i>_last` and
+    message), a tag and a status; annotated with `duration`, `alert_count` and, per metric column i, `metric_<i>_last` and
     `metric_<i>_best`; ordered by `sort`: a HISTORY_SORTS name or `m<i>.last` / `m<i>.best`, `-` first for
     descending (missing values last either way)."""
     runs = runs_for(user).annotate(tags_text=Cast("experiment__tags", TextField()))
@@ -613,6 +613,8 @@ def history_runs(user: Any, *, search: str = "", tag: str = "", status: str = ""
         runs = runs.filter(status=status)
     runs = runs.annotate(duration=ExpressionWrapper(Coalesce("finished_at", Now()) - F("started_at"),
                                                     output_field=DurationField()))
+    alerts = RunAlert.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(n=Count("pk")).values("n")
+    runs = runs.annotate(alert_count=Subquery(alerts[:1]))  # the health alerts; None: none
     for i, column in enumerate(columns):
         summary = MetricSummary.objects.filter(run=OuterRef("pk"), key=column.key)
         best = "max_value" if column.goal == "max" else "min_value"

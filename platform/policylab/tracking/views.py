@@ -116,7 +116,7 @@ def history(request: HttpRequest) -> HttpResponse:
             "sort": sort,
             "columns": [{"key": c.key, "goal": c.goal, "last_sort": f"m{i}.last", "best_sort": f"m{i}.best"}
                         for i, c in enumerate(columns)],
-            "colspan": 9 + 2 * len(columns),
+            "colspan": 10 + 2 * len(columns),
             "metrics": ",".join(c.spec for c in columns),
             "statuses": RunStatus.choices,
             "tags": selectors.team_tags(request.user),

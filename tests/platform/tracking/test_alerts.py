@@ -83,3 +83,13 @@ def test_a_run_without_alerts_hides_the_section(make_run, user) -> None:
     page = client_of(user).get(reverse("tracking:run_detail", args=[run.pk])).content.decode()
     assert 'id="run-alerts" class="card alert-list" aria-label="health alerts" hidden' in page
     assert client_of(user).get(reverse("tracking:api-alerts", args=[run.pk])).json() == []
+
+
+def test_history_counts_each_runs_alerts(make_run, user) -> None:
+    flagged, clean = make_run(user=user), make_run(user=user, name="clean")
+    ingest_events(trainer_alerts(flagged.pk), publish=False)
+    page = client_of(user).get(reverse("tracking:history")).content.decode()
+    row = page[page.index(f'<tr data-run="{flagged.pk}">'):]
+    assert f'href="{reverse("tracking:run_detail", args=[flagged.pk])}#run-alerts" class="status status-alert">3</a>' in row[:row.index("</tr>")]
+    row = page[page.index(f'<tr data-run="{clean.pk}">'):]
+    assert '<td class="alerts">—</td>' in row[:row.index("</tr>")]

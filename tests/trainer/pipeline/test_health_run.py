@@ -3,7 +3,10 @@ step, metric, value and threshold (and the samples at the length cap); the demo'
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
+
+import pytest
 
 from tests.trainer.pipeline.conftest import events, load_cfg, metrics_by_step, run_local
 from trainer.telemetry.events import parse_event
@@ -31,6 +34,34 @@ def test_tripping_thresholds_emit_alerts_with_step_metric_and_samples(tmp_path: 
               for s in rollouts["data"]["samples"] if s["stop_reason"] == "length"]
     assert length["data"]["value"] == metrics[1]["response_length/clip_ratio"]
     assert capped and length["data"]["samples"] == capped[:20]
+
+
+def test_each_metric_alert_kind_trips_on_a_real_run(tmp_path: Path) -> None:
+    # thresholds set where this seeded 6-step run's own metrics pass them (measured: clip fraction 0.02-0.08,
+    # a zero-variance share of 0.25 at step 1, gradient norms 1.6, 0.01, 0.58, 0.85, training reward 0.159 -> 0.174
+    # while eval reward 0.15 -> 0.0 between steps 4 and 6); NaN, repetition and the engine mismatch (0 on hf_infer)
+    # are covered by test_health.py's hand values
+    cfg = load_cfg(tmp_path, "max_steps=6", "eval_steps=2", "save_steps=100", "health.clipfrac_max=1e-6",
+                   "health.zero_variance_max=0.01", "health.zero_variance_steps=1", "health.grad_norm_factor=1.0001",
+                   "health.grad_norm_min_steps=1", "health.eval_divergence=0.01")
+    assert run_local(cfg) == 0
+    metrics = metrics_by_step(tmp_path)
+    first = {}
+    for event in events(tmp_path, "alert"):
+        first.setdefault(event["data"]["kind"], event)
+    assert sorted(first) == ["grad_spike", "kl_blowup", "reward_up_eval_down", "zero_variance"]
+    for kind, event in first.items():
+        data, step = event["data"], event["step"]
+        assert data["value"] == metrics[step][data["metric"]], kind  # the value is the step's logged one
+    assert first["kl_blowup"]["data"]["metric"] == "actor/clipfrac"
+    spike = first["grad_spike"]
+    norms = [metrics[s]["actor/grad_norm"] for s in range(1, spike["step"])]
+    assert spike["data"]["threshold"] == pytest.approx(1.0001 * statistics.median(norms))
+    eval_steps = [s for s in sorted(metrics) if "eval/reward/mean" in metrics[s]]
+    hacked = first["reward_up_eval_down"]["step"]
+    before = eval_steps[eval_steps.index(hacked) - 1]
+    assert metrics[hacked]["reward/mean"] - metrics[before]["reward/mean"] >= 0.01
+    assert metrics[before]["eval/reward/mean"] - metrics[hacked]["eval/reward/mean"] >= 0.01
 
 
 def test_demo_defaults_run_clean(tmp_path: Path) -> None:

@@ -1291,6 +1291,9 @@ class HealthConfig(Section):
         list, category="Run supervision",
         description=f"Alert kinds switched off; kinds: {', '.join(ALERT_KINDS)}.",
     )
+    rearm_steps: int = fld(10, category="Run supervision", ge=1,
+                           description="An alert fires again only after this many steps without its condition "
+                           "(one alert per episode; 1: again at the first trip after a clear step).")
     entropy_min: float = fld(0.05, category="Run supervision", ge=0,
                              description="entropy_collapse: the mean token entropy (nats) below this.")
     length_clip_ratio_max: float = fld(0.5, category="Run supervision", ge=0, le=1,

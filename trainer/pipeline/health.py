@@ -6,8 +6,9 @@ ratio, recent gradient norms, the previous evaluation) and turns trips into aler
 `alert` events (trainer.telemetry.events.AlertData). Thresholds: the config's `health` section; defaults and
 where they come from: docs/decisions/0048-run-health-alerts.md.
 
-An alert fires when its condition trips at a step where it did not trip at the previous checked step (one
-alert per episode, not one per step); it fires again after the condition has cleared and tripped anew.
+An alert fires when its condition trips after at least `rearm_steps` checked steps without a trip of the same
+(kind, metric): one alert per episode, not one per step, and a value hovering at its bound does not fire on every
+other step (`rearm_due`).
 """
 
 from __future__ import annotations
@@ -117,6 +118,12 @@ def nothing_to_learn(shares: Sequence[float], maximum: float, steps: int) -> boo
     return len(shares) >= steps and all(share >= maximum for share in shares[-steps:])
 
 
+def rearm_due(last_trip: int | None, now: int, rearm_steps: int) -> bool:
+    """An alert fires at check `now` when its condition never tripped before, or when the checks strictly between
+    its last trip and now (all clear) number at least rearm_steps."""
+    return last_trip is None or now - last_trip - 1 >= rearm_steps
+
+
 def grad_norm_spike_bound(recent: Sequence[float], factor: float, min_steps: int) -> float | None:
     """factor × median(recent gradient norms): the bound a step's norm must not pass; None until `recent`
     holds min_steps norms (the median of a few start-up steps says little)."""
@@ -136,17 +143,18 @@ class HealthMonitor:
     grad_norms: deque[float] = field(default_factory=deque)
     zero_variance: list[float] = field(default_factory=list)  # the last zero_variance_steps shares
     last_eval: tuple[float, float] | None = None  # (training reward, eval reward) at the previous evaluation
-    tripped: set[tuple[str, str]] = field(default_factory=set)  # (kind, metric) tripped at the previous step
+    checks: int = 0  # steps checked so far
+    last_trip: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, metric) -> check it last tripped
 
     def on(self, kind: str) -> bool:
         return self.cfg.enabled and kind not in self.cfg.disabled
 
     def check(self, step: int, metrics: Mapping[str, float], samples: Sequence[SampleFacts] = ()) -> list[Alert]:
-        """The alerts of one step: the trips (`trips`) that did not trip at the previous step."""
+        """The alerts of one step: its trips (`trips`) whose (kind, metric) is due again (`rearm_due`)."""
         trips = self.trips(step, metrics, samples) if self.cfg.enabled else []
-        now = {(a.kind, a.metric) for a in trips}
-        fresh = [a for a in trips if (a.kind, a.metric) not in self.tripped]
-        self.tripped = now
+        self.checks += 1
+        fresh = [a for a in trips if rearm_due(self.last_trip.get((a.kind, a.metric)), self.checks, self.cfg.rearm_steps)]
+        self.last_trip.update({(a.kind, a.metric): self.checks for a in trips})
         return fresh
 
     def trips(self, step: int, metrics: Mapping[str, float], samples: Sequence[SampleFacts]) -> list[Alert]:

@@ -100,11 +100,14 @@ def test_grad_spike_against_the_running_median() -> None:
     assert (alert.kind, alert.threshold) == ("grad_spike", pytest.approx(10 * 1.1))
 
 
-def test_one_alert_per_episode_and_again_after_it_clears() -> None:
-    monitor = HealthMonitor(HealthConfig())
+def test_one_alert_per_episode_and_again_after_it_stayed_clear_for_rearm_steps() -> None:
+    assert health.rearm_due(None, 1, 10) and health.rearm_due(3, 14, 10) and not health.rearm_due(3, 13, 10)
     low, high = {"actor/entropy": 0.01}, {"actor/entropy": 1.0}
-    fired = [len(monitor.check(step, values)) for step, values in enumerate([low, low, high, low], start=1)]
-    assert fired == [1, 0, 0, 1]
+    pattern = [low, low, high, low, high, high, low]  # hovering at the bound
+    monitor = HealthMonitor(HealthConfig(rearm_steps=2))
+    assert [len(monitor.check(step, values)) for step, values in enumerate(pattern, start=1)] == [1, 0, 0, 0, 0, 0, 1]
+    monitor = HealthMonitor(HealthConfig(rearm_steps=1))  # every trip that follows a clear step
+    assert [len(monitor.check(step, values)) for step, values in enumerate(pattern, start=1)] == [1, 0, 0, 1, 0, 0, 1]
 
 
 def test_off_switches() -> None:

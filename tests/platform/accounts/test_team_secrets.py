@@ -191,3 +191,16 @@ def test_the_team_secrets_page_lists_names_and_lets_only_admins_change_them(ada,
     assert viewer.post(f"/accounts/secrets/{team_a.pk}/JUDGE_KEY/delete/").status_code == 403
     assert admin.post(f"/accounts/secrets/{team_a.pk}/JUDGE_KEY/delete/").status_code == 302
     assert not TeamSecret.objects.exists()
+
+
+def test_a_new_key_listed_first_keeps_old_secrets_readable(ada, team_a, settings):
+    """Rotation: POLICYLAB_SECRETS_KEY=new,old decrypts what `old` encrypted; `new` alone cannot, and says why."""
+    from policylab.accounts.team_secrets import set_secret
+
+    settings.POLICYLAB_SECRETS_KEYS = ["old-key"]
+    set_secret(team=team_a, name="JUDGE_KEY", value=VALUE, user=ada)
+    settings.POLICYLAB_SECRETS_KEYS = ["new-key", "old-key"]
+    assert values_for_run(team_a, ["JUDGE_KEY"]) == {"JUDGE_KEY": VALUE}
+    settings.POLICYLAB_SECRETS_KEYS = ["new-key"]
+    with pytest.raises(SecretError, match="not the key they were stored with"):
+        values_for_run(team_a, ["JUDGE_KEY"])

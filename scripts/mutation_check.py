@@ -74,10 +74,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "count = as_bool_mask(mask).sum() if global_num_tokens is None else global_num_tokens",
            "count = as_bool_mask(mask).sum()", (ALGO,), "token-mean ignores the global token count (DP)"),
     # --- loss / advantage wiring in the loop --------------------------------------------------
-    Mutant("clip_high", "trainer/pipeline/losses.py",
-           "clip_high = cfg.pg_clip_high if cfg.pg_clip_high is not None else cfg.pg_clip",
-           "clip_high = clip_low", KNOBS, "clip-higher not wired (issue 22's table)"),
-    Mutant("dual_clip", "trainer/pipeline/losses.py", "dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None",
+    Mutant("clip_high", "trainer/config/schema.py",
+           "high = self.pg_clip_high if self.pg_clip_high is not None else self.pg_clip",
+           "high = low", KNOBS, "clip-higher not wired (issue 22's table)"),
+    Mutant("dual_clip", "trainer/roles/actor.py", "dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None",
            "dual_clip_c=None", KNOBS, "dual clip not wired"),
     # issue 45: the skip path (one optimizer step per rollout) must keep the ratio's gradient
     Mutant("actor_old_not_detached", "trainer/roles/actor.py",
@@ -112,7 +112,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (RESUME,), "running reward statistics not restored (issue 22's table)"),
     Mutant("resume_rng", "trainer/pipeline/rlvr.py",
            "        for role in (\"actor_infer\", \"reference\"):\n            if role in self.groups:\n"
-           "                self.groups[role].call_all(\"load_rng\", str(path))\n", "",
+           "                self.groups[role].call_all(roles.Role.load_rng, str(path))\n", "",
            (RESUME,), "rollout/reference RNG not restored (issue 22's table)"),
     Mutant("resume_sampler", "trainer/pipeline/rlvr.py", "        self.sampler.load_state_dict(state[\"sampler\"])\n",
            "", (RESUME,), "data sampler position not restored"),
@@ -214,6 +214,8 @@ def run_mutant(mutant: Mutant, timeout: float) -> tuple[str, float]:
         root = Path(tmp)
         copy_repo(root)
         path = root / mutant.file
+        if not path.is_file():
+            return "NOT APPLIED (the file is gone: update the mutant)", 0.0
         text = path.read_text()
         if text.count(mutant.old) != 1:
             return f"NOT APPLIED (the line occurs {text.count(mutant.old)} times: update the mutant)", 0.0

@@ -1309,6 +1309,11 @@ class HealthConfig(Section):
     repetition_share_max: float = fld(0.25, category="Run supervision", gt=0, le=1,
                                       description="... and the alert trips when this share of the step's "
                                       "responses repeat.")
+    format_error_max: float = fld(0.5, category="Run supervision", ge=0, le=1,
+                                  description="format_collapse (agentic): env/format_error_rate, the share of replies "
+                                  "whose action did not parse, at or above this ...")
+    format_error_rise: float = fld(0.25, category="Run supervision", ge=0, le=1,
+                                   description="... and this much above the first step's rate.")
     eval_divergence: float = fld(0.05, category="Run supervision", gt=0,
                                  description="reward_up_eval_down: between two evaluations the training reward "
                                  "rose and the eval reward fell, each by at least this.")

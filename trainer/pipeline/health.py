@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 ENTROPY = "actor/entropy"
 LENGTH_CLIP = "response_length/clip_ratio"
+FORMAT_ERRORS = "env/format_error_rate"  # agentic: replies whose action did not parse
 REWARD = "reward/mean"
 EVAL_REWARD = "eval/reward/mean"
 PPO_KL = "actor/ppo_kl"
@@ -78,7 +79,13 @@ def entropy_collapsed(entropy: float, minimum: float) -> bool:
 def length_running_to_cap(clip_ratio: float, first_clip_ratio: float, maximum: float, rise: float) -> bool:
     """clip_ratio ≥ maximum and clip_ratio − first_clip_ratio ≥ rise: most responses now end at the length
     cap and the run moved there (a task whose answers fill the cap from step 1 does not trip it)."""
-    return clip_ratio >= maximum and clip_ratio - first_clip_ratio >= rise
+    return risen_to(clip_ratio, first_clip_ratio, maximum, rise)
+
+
+def risen_to(share: float, first: float, maximum: float, rise: float) -> bool:
+    """share ≥ maximum and share − first ≥ rise: a share that the run moved up to its bound (the length clip
+    ratio, the agentic format error rate), not one it started at."""
+    return share >= maximum and share - first >= rise
 
 
 def repeated_ngram_share(token_ids: Sequence[int], n: int) -> float:
@@ -140,6 +147,7 @@ class HealthMonitor:
 
     cfg: HealthConfig
     first_clip_ratio: float | None = None
+    first_format_errors: float | None = None
     grad_norms: deque[float] = field(default_factory=deque)
     zero_variance: list[float] = field(default_factory=list)  # the last zero_variance_steps shares
     last_eval: tuple[float, float] | None = None  # (training reward, eval reward) at the previous evaluation
@@ -178,6 +186,13 @@ class HealthMonitor:
                 out.append(Alert("length_cap", LENGTH_CLIP, clip, cfg.length_clip_ratio_max,
                                  f"{clip:.0%} of responses end at the length cap (from {self.first_clip_ratio:.0%} "
                                  "at the first step)", capped))
+        if (errors := value(FORMAT_ERRORS)) is not None:
+            self.first_format_errors = errors if self.first_format_errors is None else self.first_format_errors
+            if self.on("format_collapse") and risen_to(errors, self.first_format_errors, cfg.format_error_max,
+                                                       cfg.format_error_rise):
+                out.append(Alert("format_collapse", FORMAT_ERRORS, errors, cfg.format_error_max,
+                                 f"{errors:.0%} of replies broke the action format (from {self.first_format_errors:.0%} "
+                                 "at the first step)"))
         if self.on("repetition") and samples:
             loops = repetitive_samples(samples, cfg.repetition_ngram, cfg.repetition_max)
             share = len(loops) / len(samples)

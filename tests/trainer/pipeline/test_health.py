@@ -44,6 +44,15 @@ def test_length_cap_needs_the_run_to_move_to_the_cap() -> None:
     assert alert.data()["samples"] == [{"group_id": 0, "sample_index": 1}, {"group_id": 2, "sample_index": 3}]
 
 
+def test_format_collapse_when_the_error_rate_rose_to_its_bound() -> None:
+    assert health.risen_to(0.6, 0.1, 0.5, 0.25) and not health.risen_to(0.6, 0.4, 0.5, 0.25)
+    monitor = HealthMonitor(HealthConfig())
+    assert monitor.check(1, {"env/format_error_rate": 0.1}) == [] and monitor.check(2, {"env/format_error_rate": 0.3}) == []
+    [alert] = monitor.check(3, {"env/format_error_rate": 0.7})
+    assert (alert.kind, alert.metric, alert.value, alert.threshold) == ("format_collapse", "env/format_error_rate",
+                                                                        0.7, 0.5)
+
+
 def test_repeated_ngram_share_by_hand() -> None:
     # 8 tokens, 4-grams: (1234)(2341)(3412)(4123)(1234) -> 5 grams, 4 distinct -> 1 - 4/5
     assert health.repeated_ngram_share([1, 2, 3, 4, 1, 2, 3, 4], 4) == pytest.approx(0.2)

@@ -88,15 +88,16 @@ class PeakSampler:
         self.thread.join()
 
 
-def model_50m(seed: int = 0):
-    """Qwen2 with hidden 512, 8 layers, MLP 2048, 32k vocabulary (tied): about 48M parameters."""
+def model_50m(seed: int = 0, hidden: int = 512, layers: int = 8):
+    """Qwen2 with hidden 512, 8 layers, MLP 2048, 32k vocabulary (tied): about 48M parameters (`hidden` and
+    `layers` smaller for a smoke run)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     return Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=32_000, hidden_size=512, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=8,
-        num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=True,
+        vocab_size=32_000, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+        num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=True,
     ))
 
 
@@ -104,7 +105,8 @@ def rank_main(rank: int, world: int, name: str, port: int, args: argparse.Namesp
     import torch
 
     torch.set_num_threads(1)
-    import deepspeed  # noqa: F401  (imported by every configuration: the same baseline)
+    if not args.smoke:
+        import deepspeed  # noqa: F401  (imported by every configuration: the same baseline)
 
     from tests.trainer.train.tiny_qwen import token_mean_loss
     from trainer.cluster import distributed
@@ -118,7 +120,7 @@ def rank_main(rank: int, world: int, name: str, port: int, args: argparse.Namesp
     baseline = heap_in_use()
     sampler = PeakSampler()
 
-    model = model_50m()
+    model = model_50m(hidden=64, layers=2) if args.smoke else model_50m()
     params = sum(p.numel() for p in model.parameters())
     optim = OptimConfig(lr=1e-4, num_training_steps=args.steps, max_grad_norm=1.0)
     shape = TrainShape("actor_train", world, args.batch, 1, args.batch * world, 1)
@@ -177,8 +179,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=64, help="tokens per sequence")
     parser.add_argument("--only", nargs="*", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--smoke", action="store_true",
-                        help="1 step of 1 x 16 tokens, torch_train vs fsdp2_train (CI: seconds; DeepSpeed's first "
-                             "start JIT-builds its CPU comm op, minutes)")
+                        help="a 2-layer model, 1 step of 1 x 16 tokens, torch_train vs fsdp2_train (CI: seconds; "
+                             "DeepSpeed's first start JIT-builds its CPU comm op, minutes)")
     args = parser.parse_args()
     if args.smoke:
         args.steps, args.batch, args.seq, args.only = 1, 1, 16, ["torch_train", "fsdp2_train"]

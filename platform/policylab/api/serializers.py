@@ -175,8 +175,9 @@ class AlertOut(serializers.Serializer):
     seq = serializers.IntegerField()
     step = serializers.IntegerField(help_text="the step whose metrics or samples tripped it")
     time = serializers.DateTimeField()
-    kind = serializers.CharField(help_text="entropy_collapse, length_cap, repetition, reward_up_eval_down, kl_blowup, "
-                                 "grad_spike, zero_variance, logprob_mismatch or nan (decision 0048)")
+    kind = serializers.CharField(help_text="entropy_collapse, length_cap, repetition, format_collapse, "
+                                 "reward_up_eval_down, kl_blowup, grad_spike, zero_variance, logprob_mismatch or nan "
+                                 "(decision 0048)")
     metric = serializers.CharField()
     value = serializers.FloatField(allow_null=True, help_text="null when the value was NaN or infinite")
     threshold = serializers.FloatField(allow_null=True, help_text="the config's health bound it passed")

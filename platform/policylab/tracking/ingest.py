@@ -221,8 +221,10 @@ def profile_row(data: Mapping[str, Any], step: int, time: float, common: dict) -
 
 def alert_row(data: Mapping[str, Any], step: int, time: float, common: dict) -> RunAlert:
     """A RunAlert of an `alert` event's data (trainer.telemetry.events.AlertData); only well-formed sample ids kept."""
-    samples = [{"group_id": s["group_id"], "sample_index": s["sample_index"]} for s in data.get("samples") or []
-               if isinstance(s, Mapping) and all(isinstance(s.get(k), int) for k in ("group_id", "sample_index"))]
+    listed = data.get("samples")
+    samples = [{"group_id": s["group_id"], "sample_index": s["sample_index"]} for s in listed
+               if isinstance(s, Mapping) and all(isinstance(s.get(k), int) for k in ("group_id", "sample_index"))
+               ] if isinstance(listed, list) else []
     return RunAlert(step=step, time=datetime.fromtimestamp(time, tz=UTC), kind=storable(data.get("kind", ""))[:32],
                     metric=storable(data.get("metric", ""))[:200], value=finite_or_none(data.get("value")),
                     threshold=finite_or_none(data.get("threshold")),

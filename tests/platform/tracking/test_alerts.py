@@ -93,3 +93,13 @@ def test_history_counts_each_runs_alerts(make_run, user) -> None:
     assert f'href="{reverse("tracking:run_detail", args=[flagged.pk])}#run-alerts" class="status status-alert">3</a>' in row[:row.index("</tr>")]
     row = page[page.index(f'<tr data-run="{clean.pk}">'):]
     assert '<td class="alerts">—</td>' in row[:row.index("</tr>")]
+
+
+def test_an_odd_alert_is_stored_harmlessly(make_run) -> None:
+    run = make_run()
+    odd = {"kind": "entropy_collapse", "metric": "actor/entropy", "value": "high", "threshold": None,
+           "message": "m\x00", "samples": 7}
+    ingest_events([event("alert", run.pk, 3, 2, odd), event("alert", run.pk, 4, 2, {**odd, "samples": [{"group_id": "x"}]})],
+                  publish=False)
+    rows = list(RunAlert.objects.filter(run=run).order_by("seq"))
+    assert [(a.value, a.threshold, a.samples, a.message) for a in rows] == [(None, None, [], "m\ufffd")] * 2

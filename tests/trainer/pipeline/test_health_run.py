@@ -69,3 +69,10 @@ def test_demo_defaults_run_clean(tmp_path: Path) -> None:
     assert run_local(cfg) == 0
     assert events(tmp_path, "alert") == []
     assert len(metrics_by_step(tmp_path)) >= 3
+
+
+def test_the_off_switch_silences_a_tripping_kind_on_a_real_run(tmp_path: Path) -> None:
+    cfg = load_cfg(tmp_path, "max_steps=1", "eval_steps=0", "save_steps=100", "health.entropy_min=100",
+                   "health.disabled=[entropy_collapse]")
+    assert run_local(cfg) == 0
+    assert metrics_by_step(tmp_path)[1]["actor/entropy"] < 100 and events(tmp_path, "alert") == []

@@ -195,9 +195,9 @@ class HealthMonitor:
                                  "at the first step)"))
         if self.on("repetition") and samples:
             loops = repetitive_samples(samples, cfg.repetition_ngram, cfg.repetition_max)
-            share = len(loops) / len(samples)
-            if loops and at_least(share, cfg.repetition_share_max):
-                out.append(Alert("repetition", REPETITION, share, cfg.repetition_share_max,
+            looping = len(loops) / len(samples)
+            if loops and at_least(looping, cfg.repetition_share_max):
+                out.append(Alert("repetition", REPETITION, looping, cfg.repetition_share_max,
                                  f"{len(loops)} of {len(samples)} responses repeat ≥ {cfg.repetition_max:.0%} of "
                                  f"their {cfg.repetition_ngram}-grams", tuple((s.group_id, s.sample_index) for s in loops)))
         reward, evaluation = value(REWARD), value(EVAL_REWARD)
@@ -208,12 +208,12 @@ class HealthMonitor:
                                  f"training reward {self.last_eval[0]:.3g} → {reward:.3g} while eval reward "
                                  f"{self.last_eval[1]:.3g} → {evaluation:.3g}"))
             self.last_eval = (reward, evaluation)
-        for kind, key, bound, what in (("kl_blowup", PPO_KL, cfg.ppo_kl_max, "KL(π_old‖π) of the update"),
+        for kind, key, limit, what in (("kl_blowup", PPO_KL, cfg.ppo_kl_max, "KL(π_old‖π) of the update"),
                                        ("kl_blowup", CLIPFRAC, cfg.clipfrac_max, "share of clipped token ratios"),
                                        ("logprob_mismatch", LOGPROB_DIFF, cfg.logprob_diff_max,
                                         "mean |engine − trainer| token log-prob")):
-            if self.on(kind) and (number := value(key)) is not None and above(number, bound):
-                out.append(Alert(kind, key, number, bound, f"{what} {number:.4g} > {bound:g}"))
+            if self.on(kind) and (number := value(key)) is not None and above(number, limit):
+                out.append(Alert(kind, key, number, limit, f"{what} {number:.4g} > {limit:g}"))
         if (share := value(ZERO_VARIANCE)) is not None:
             self.zero_variance = [*self.zero_variance, share][-cfg.zero_variance_steps:]
             if self.on("zero_variance") and nothing_to_learn(self.zero_variance, cfg.zero_variance_max,

@@ -5,5 +5,5 @@ FOREIGN_TOP_LEVEL_KEYS = frozenset(
     {"data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm", "trainer",
      "generator", "placement", "environment", "cluster", "runner", "rollout", "actor", "reward", "ray_init",
      "ray_kwargs", "global_profiler", "transfer_queue", "distillation", "model_engine", "inference",
-     "deepspeed_config"}
+     "deepspeed_config", "agentloop", "tools"}
 )

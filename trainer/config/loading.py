@@ -683,7 +683,8 @@ def _resolve(data: dict[str, Any]) -> dict[str, Any]:
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or ""
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError([ConfigIssue(str(key), f"cannot resolve interpolation: {message}")]) from None
+        fix = f"; the key that reads it goes with the override ~{key}" if key else ""  # OmegaConf reads lazily
+        raise ConfigError([ConfigIssue(str(key), f"cannot resolve interpolation: {message}{fix}")]) from None
     except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
         raise ConfigError([ConfigIssue("", f"cannot resolve interpolation: {exc}")]) from None
 

@@ -13,6 +13,7 @@ the `critic.*` keys that mirror `actor.*` land on the critic, initialised from t
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from trainer.config.importers.common import (
@@ -426,6 +427,7 @@ def finish(t: Translation) -> None:
         _batches(t, role, src)
         _optimizer(t, role, src)
     _schedule(t)
+    _refuse_agent_tasks(t)
     _rewards(t)
     if "validation" in t.native:
         data = t.native["validation"].setdefault("data_args", {})
@@ -569,8 +571,11 @@ def _batches(t: Translation, role: str, src: str) -> None:
     per_step = samples // steps
     accumulation = gradient_accumulation(per_step, micro, dp)
     if accumulation is None:
+        unit = steps * micro * dp // math.gcd(steps * micro * dp, group)  # prompts that fill whole passes
+        fit = max(unit, round(prompts / unit) * unit)
         t.error("algorithm.n_minibatches", f"each of the {steps} mini-batches holds {per_step} samples, not a "
-                f"multiple of training_batch_size_per_gpu × dp = {micro} × {dp}")
+                f"multiple of training_batch_size_per_gpu × dp = {micro} × {dp}; {fit} prompts of {group} "
+                f"samples fill them: override data.rollout_batch_size={fit}")
         return
     ta = f"{role}.training_args"
     t.set(f"{ta}.gradient_accumulation_steps", accumulation, "algorithm.n_minibatches")
@@ -596,10 +601,34 @@ def _schedule(t: Translation) -> None:
     import_save_interval(t, "runner.save_interval")
 
 
+# RLinf rewards PolicyLab does not build: (what it is, the built reward_type nearest to it or None, what that trains)
+UNBUILT_REWARDS: dict[str, tuple[str, str | None, str]] = {
+    "rstar2": ("rStar2-Agent's reward (math answers reached through python tool calls in the agent loop)", "math",
+               "single-turn math scored by the math rule reward, without the tool calls"),
+    "searchr1": ("Search-R1's exact-match reward over multi-turn search-tool rollouts", None, ""),
+    "code_offline": ("RLinf's code_offline reward (code scored by an offline judge service)", None, ""),
+}
+
+
+def _refuse_agent_tasks(t: Translation) -> None:
+    """RLinf's agent tasks: the agent loop and the online coding task are not built; the error says so first,
+    instead of a later symptom ("training prompts are missing")."""
+    if t.get("runner.task_type") == "coding_online_rl":
+        t.error("runner.task_type", "= 'coding_online_rl' is refused: RLinf's online coding RL (prompts and "
+                "rewards come from users of a live code-completion service; the file's data section is unused) "
+                "is not built, and no file of prompts stands in for it")
+    if t.has("agentloop"):
+        t.error("agentloop", "RLinf's agent loop (multi-turn rollouts with tool calls: agentloop, tools) is not "
+                "built; the nearest built is single-turn training on the file's prompts: override ~agentloop")
+
+
 def _rewards(t: Translation) -> None:
     kind = t.get("reward.reward_type", "math")
     if kind != "math":
-        t.error("reward.reward_type", f"{kind!r} has no native reward; valid here: math (→ math_rule)")
+        what, near, trains = UNBUILT_REWARDS.get(kind, (f"the reward {kind!r}", None, ""))
+        fix = f"; the nearest built is {trains}: override reward.reward_type={near}" if near else ""
+        t.error("reward.reward_type", f"{kind!r} is refused: {what} is not built; valid here: math (→ math_rule)"
+                f"{fix}")
         return
     section: dict[str, Any] = {"reward_type": "math_rule"}
     scale = t.get("reward.reward_scale")

@@ -31,6 +31,7 @@ from trainer.algorithms import step_advantages as step_algos
 from trainer.algorithms.trajectory_norm import normalization_groups, normalize_scores
 from trainer.config import topology
 from trainer.envs.manager import EnvManager, Episode, derive_seed
+from trainer.pipeline.health import SampleFacts
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.rlvr import (
     RLVRPipeline,
@@ -145,6 +146,11 @@ class AgenticPipeline(RLVRPipeline):
             engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))
             prompt_lengths = torch.tensor([len(t.prompt_ids) for t in trajectories])
             truncated = torch.tensor([t.done_reason == "max_length" for t in trajectories])
+            # the health checks link the trajectories cut at max_length; no tokens: replies repeat their action
+            # format turn after turn, which is no loop
+            self.step_samples = [SampleFacts(t.episode.state_id, t.episode.sample_index,
+                                             "length" if t.done_reason == "max_length" else t.done_reason or "", ())
+                                 for t in trajectories]
         token_rewards, values, _ = self.update(step, batch, groups_of_rows, engine_log_probs, timer, metrics,
                                                staleness=torch.zeros(len(owner), dtype=torch.long),
                                                turn_ids=turn_ids, turn_scores=turn_scores)

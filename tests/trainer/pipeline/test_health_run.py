@@ -76,3 +76,20 @@ def test_the_off_switch_silences_a_tripping_kind_on_a_real_run(tmp_path: Path) -
                    "health.disabled=[entropy_collapse]")
     assert run_local(cfg) == 0
     assert metrics_by_step(tmp_path)[1]["actor/entropy"] < 100 and events(tmp_path, "alert") == []
+
+
+def test_an_agentic_run_links_its_max_length_trajectories_and_trips_format_collapse(tmp_path: Path) -> None:
+    from tests.trainer.pipeline.test_agentic_pipeline import SMALL, load
+
+    # a response_length of 64 cuts the 6-reply trajectories (192 tokens fit them) at max_length
+    cfg = load(tmp_path, *SMALL, "max_steps=1", "eval_steps=0", "save_steps=100", "response_length=64",
+               "health.length_clip_ratio_max=0", "health.length_clip_ratio_rise=0", "health.format_error_max=0",
+               "health.format_error_rise=0")
+    assert run_local(cfg) == 0
+    by_kind = {e["data"]["kind"]: e["data"] for e in events(tmp_path, "alert")}
+    assert {"length_cap", "format_collapse"} <= set(by_kind)
+    assert by_kind["format_collapse"]["value"] == metrics_by_step(tmp_path)[1]["env/format_error_rate"]
+    (rollouts,) = events(tmp_path, "rollouts")
+    cut = [{"group_id": s["group_id"], "sample_index": s["sample_index"]}
+           for s in rollouts["data"]["samples"] if s["done_reason"] == "max_length"]
+    assert cut and by_kind["length_cap"]["samples"] == cut[:20]

@@ -189,8 +189,19 @@ def engine_arguments(engine: str) -> tuple[str, frozenset[str]] | None:
     return source[0], frozenset(names)
 
 
+# strategy_config keys ROLL's own strategies read (roll/distributed/strategy/*.py at ROLL_COMMIT:
+# `strategy_config.get("…")`), beyond the engine's arguments.
+ROLL_STRATEGY_KEYS = frozenset({
+    "apply_tiled_mlp", "async_save_ckpt", "efsdp_size", "ep_size", "fsdp_size", "model_type", "moe_use_grouped_mm",
+    "offload_policy", "param_dtype", "reduce_dtype", "reduce_scatter_during_grad_accumulation",
+    "reshard_after_forward", "save_only_model", "tiled_num_shards", "virtual_pipeline_model_parallel_size",
+})
+
+
 def takes(strategy: str, key: str) -> bool | None:
-    """Whether the installed engine of `strategy` takes `key` as an argument; None when it cannot be told."""
+    """Whether ROLL's strategy or the installed engine of `strategy` takes `key`; None when it cannot be told."""
+    if key in ROLL_STRATEGY_KEYS:
+        return True
     known = engine_arguments(ENGINES.get(strategy, strategy))
     return None if known is None else key in known[1]
 
@@ -198,6 +209,9 @@ def takes(strategy: str, key: str) -> bool | None:
 def engine_key_message(key: str, strategy: str) -> str:
     """What happens to a `strategy_config` key the schema does not type: ROLL hands it to the engine."""
     engine = ENGINES.get(strategy, strategy)
+    if key in ROLL_STRATEGY_KEYS:
+        return (f"ROLL's {strategy} strategy reads {key!r}; PolicyLab's {strategy} strategy sets only the keys its "
+                "schema types, so it has no effect here")
     known = engine_arguments(engine)
     if known is None:
         return (f"ROLL hands {key!r} to {engine} as an engine argument; PolicyLab's {strategy} strategy sets only "

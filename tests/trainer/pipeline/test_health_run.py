@@ -93,3 +93,14 @@ def test_an_agentic_run_links_its_max_length_trajectories_and_trips_format_colla
     cut = [{"group_id": s["group_id"], "sample_index": s["sample_index"]}
            for s in rollouts["data"]["samples"] if s["done_reason"] == "max_length"]
     assert cut and by_kind["length_cap"]["samples"] == cut[:20]
+
+
+def test_a_non_finite_loss_trips_nan_on_a_real_run(tmp_path: Path) -> None:
+    # an entropy coefficient past float32's range makes the loss infinite and the gradient NaN (the optimizer then
+    # skips the update, so the run goes on): both metrics are null in events.jsonl and each is one nan alert
+    cfg = load_cfg(tmp_path, "max_steps=2", "eval_steps=0", "save_steps=100", "entropy_loss_coef=1e39")
+    assert run_local(cfg) == 0
+    metrics = metrics_by_step(tmp_path)
+    assert metrics[1]["actor/loss"] is None and metrics[1]["actor/update_skipped"] == 1.0
+    alerts = [(e["step"], e["data"]["kind"], e["data"]["metric"], e["data"]["value"]) for e in events(tmp_path, "alert")]
+    assert alerts == [(1, "nan", "actor/grad_norm", None), (1, "nan", "actor/loss", None)]

@@ -4,7 +4,7 @@ ROLL parses its YAML with non-strict `dacite` (`from_dict(data_class=RLVRConfig,
 declares is dropped silently, and `strategy_config` is a free dict that ROLL hands to the role's engine
 (vLLM's `EngineArgs`, megatron-core's `TransformerConfig`, the DeepSpeed JSON, its FSDP2 strategy). The
 field lists below are ROLL's dataclasses at `ROLL_COMMIT` (roll/configs/*.py, roll/pipeline/rlvr/rlvr_config.py,
-roll/pipeline/agentic/agentic_config.py), taken with `ast`; decision 0060 says why a key ROLL ignores is a
+roll/pipeline/agentic/agentic_config.py), taken with `ast`; decision 0049 says why a key ROLL ignores is a
 warning only when ROLL itself declares it somewhere (misplaced) or ships it in its own examples.
 
 The engines' own argument lists are read from the installed packages' source (never imported: the config layer

@@ -104,3 +104,18 @@ def test_a_non_finite_loss_trips_nan_on_a_real_run(tmp_path: Path) -> None:
     assert metrics[1]["actor/loss"] is None and metrics[1]["actor/update_skipped"] == 1.0
     alerts = [(e["step"], e["data"]["kind"], e["data"]["metric"], e["data"]["value"]) for e in events(tmp_path, "alert")]
     assert alerts == [(1, "nan", "actor/grad_norm", None), (1, "nan", "actor/loss", None)]
+
+
+def test_repeated_tokens_trip_repetition_with_the_samples_on_a_real_run(tmp_path: Path) -> None:
+    # the untrained tiny model samples 16 tokens from its ~260: many responses draw a token twice; with 1-grams
+    # and a 5 % bound each such response counts, and the alert names exactly those (recomputed from the tokens)
+    cfg = load_cfg(tmp_path, "max_steps=1", "eval_steps=0", "save_steps=100", "response_length=16",
+                   "health.repetition_ngram=1", "health.repetition_max=0.05", "health.repetition_share_max=0.05")
+    assert run_local(cfg) == 0
+    (rollouts,) = events(tmp_path, "rollouts")
+    samples = rollouts["data"]["samples"]
+    looping = [{"group_id": s["group_id"], "sample_index": s["sample_index"]} for s in samples
+               if len(s["tokens"]) >= 2 and 1 - len(set(s["tokens"])) / len(s["tokens"]) >= 0.05]
+    (alert,) = [e["data"] for e in events(tmp_path, "alert") if e["data"]["kind"] == "repetition"]
+    assert looping and alert["samples"] == looping[:20]
+    assert alert["value"] == pytest.approx(len(looping) / len(samples))

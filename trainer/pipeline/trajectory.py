@@ -376,7 +376,7 @@ def turn_index(trajectories: list[Trajectory], width: int) -> Tensor:
     return out
 
 
-def padded(rows: list[list[float]] | list[list[int]], width: int) -> Tensor:
+def padded(rows: Sequence[Sequence[float]], width: int) -> Tensor:
     """Rows right-padded with 0 to `width` columns, as float."""
     out = torch.zeros((len(rows), width))
     for i, row in enumerate(rows):

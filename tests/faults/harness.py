@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scripts.services import REPO_ROOT, Service, _spawn, free_port, process_tree, service_env
+from scripts.services import REPO_ROOT, Service, _spawn, free_port, process_tree, ray_headers, service_env
 
 DEMO = REPO_ROOT / "examples" / "demo_grpo_cpu.yaml"
 NODES = 2
@@ -116,12 +116,14 @@ class Stack:
         self.url = f"http://127.0.0.1:{self.web_port}"
         self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         self.ray_address = f"http://127.0.0.1:{ray_port}"
+        self.ray_token_path = work / "var" / "ray_auth_token"  # run_platform's Ray demands it (decision 0047)
         self.env = service_env({
             "DATABASE_URL": database_url,
             "REDIS_URL": self.redis_url,
             "CELERY_BROKER_URL": self.redis_url,
             "CELERY_RESULT_BACKEND": self.redis_url,
             "RAY_ADDRESS": self.ray_address,
+            "POLICYLAB_RAY_AUTH_TOKEN_PATH": str(self.ray_token_path),
             "POLICYLAB_RUNS_DIR": str(self.runs_dir),
             "POLICYLAB_VAR_DIR": str(work / "var"),
             "DJANGO_SECRET_KEY": secret_key,  # the caller's sessions hold on the web server
@@ -326,10 +328,19 @@ def kill_driver(stack: Stack, run_id: int) -> str:
     return f"kill -9 {pids} (the Ray job's driver: the trainer)"
 
 
-def actor(stack: Stack, repr_name: str) -> Any:
-    from ray.util.state import list_actors
+def ray_state(stack: Stack, resource: str, limit: int = 1000) -> list[Any]:
+    """The live entries of Ray's state API (`actors`, `nodes`), asked with the cluster's token."""
+    from ray.util.state.api import StateApiClient
+    from ray.util.state.common import ListApiOptions, StateResource
 
-    alive = list_actors(address=stack.ray_address, filters=[("state", "=", "ALIVE")], detail=True, limit=1000)
+    headers = {"Content-Type": "application/json", **ray_headers(stack.ray_token_path)}
+    client = StateApiClient(address=stack.ray_address, headers=headers)
+    options = ListApiOptions(filters=[("state", "=", "ALIVE")], detail=True, limit=limit)
+    return list(client.list(StateResource(resource), options=options, raise_on_missing_output=True))
+
+
+def actor(stack: Stack, repr_name: str) -> Any:
+    alive = ray_state(stack, "actors")
     found = [a for a in alive if a.repr_name == repr_name]
     if len(found) != 1:
         raise FaultError(f"expected one live actor {repr_name!r}, found {[(a.repr_name, a.pid) for a in alive]}")

@@ -12,11 +12,13 @@ from tests.faults.harness import (
     SECOND_NODE,
     SEED,
     FaultError,
+    Stack,
     cleanup_stopped,
     current,
     expectations,
     fault_rng,
     launch,
+    ray_state,
     run_fault,
     wait_for,
 )
@@ -26,17 +28,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 
-def node_index_of_actors(address: str) -> dict[str, int]:
+def node_index_of_actors(stack: Stack) -> dict[str, int]:
     """Ray's records: the live actor of each role and rank -> the index of the node it runs on (the node's
     `policylab_node_<i>` resource)."""
-    from ray.util.state import list_actors, list_nodes
-
     index_of = {}
-    for node in list_nodes(address=address, filters=[("state", "=", "ALIVE")], detail=True, limit=100):
+    for node in ray_state(stack, "nodes", limit=100):
         marks = [i for i in range(8) if node_resource(i) in node.resources_total]
         if len(marks) == 1:
             index_of[node.node_id] = marks[0]
-    actors = list_actors(address=address, filters=[("state", "=", "ALIVE")], detail=True, limit=1000)
+    actors = ray_state(stack, "actors")
     return {a.repr_name: index_of[a.node_id] for a in actors if a.repr_name and a.node_id in index_of}
 
 
@@ -48,7 +48,7 @@ def test_roles_run_on_the_nodes_their_device_ids_name(fault_stack, tenant_client
             state = current(client, run_id)
             if state and state["status"] in {"failed", "cancelled"}:
                 raise FaultError(f"run {run_id} ended: {state['status']}: {state['message']}")
-            where = node_index_of_actors(fault_stack.ray_address)
+            where = node_index_of_actors(fault_stack)
             return where if {"actor_train:0", "actor_infer:0"} <= where.keys() and state["current_step"] >= 2 else None
 
         where = wait_for(placed, 240, f"run {run_id}'s workers on the cluster and two steps done")

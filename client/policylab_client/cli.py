@@ -206,7 +206,7 @@ def cmd_runs_list(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_runs_show(client: Client, args: argparse.Namespace) -> int:
-    """The run's state line, then its health alerts (decision 0048), oldest first, each with the inspector's
+    """The run's state line, then its health alerts (decision 0050), oldest first, each with the inspector's
     address at its step."""
     run = client.run(args.run)
     if args.json:

@@ -1283,7 +1283,7 @@ class WatchdogConfig(Section):
 
 class HealthConfig(Section):
     """PolicyLab's own: the run-health alerts checked on every step (trainer.pipeline.health; the defaults'
-    sources: docs/decisions/0048-run-health-alerts.md)."""
+    sources: docs/decisions/0050-run-health-alerts.md)."""
 
     enabled: bool = fld(True, category="Run supervision", description="Check every step for the signs of a "
                         "failing run and emit an `alert` event when one trips.")

@@ -4,7 +4,7 @@ Each check is a small pure function of the step's metrics (the dict the loop log
 its rule in the docstring; `HealthMonitor` keeps the little state some need (the first step's length clip
 ratio, recent gradient norms, the previous evaluation) and turns trips into alerts, which the loop emits as
 `alert` events (trainer.telemetry.events.AlertData). Thresholds: the config's `health` section; defaults and
-where they come from: docs/decisions/0048-run-health-alerts.md.
+where they come from: docs/decisions/0050-run-health-alerts.md.
 
 An alert fires when its condition trips after at least `rearm_steps` checked steps without a trip of the same
 (kind, metric): one alert per episode, not one per step, and a value hovering at its bound does not fire on every

@@ -24,7 +24,7 @@ STALL_STATES: tuple[str, ...] = ("stalled", "recovered")
 # a profile file (trainer.roles.profiling): a torch.profiler timeline, or a memory profile (CUDA: a snapshot)
 PROFILE_KINDS: tuple[str, ...] = ("timeline", "memory")
 PROFILE_FORMATS: tuple[str, ...] = ("chrome_trace_gz", "cuda_memory_snapshot")
-# a run-health alert (trainer.pipeline.health; docs/decisions/0048-run-health-alerts.md)
+# a run-health alert (trainer.pipeline.health; docs/decisions/0050-run-health-alerts.md)
 ALERT_KINDS: tuple[str, ...] = ("nan", "entropy_collapse", "length_cap", "repetition", "format_collapse",
                                 "reward_up_eval_down", "kl_blowup", "grad_spike", "zero_variance", "logprob_mismatch")
 RUN_STATES: tuple[str, ...] = ("starting", "running", "succeeded", "failed", "cancelled")

@@ -177,7 +177,7 @@ class AlertOut(serializers.Serializer):
     time = serializers.DateTimeField()
     kind = serializers.CharField(help_text="entropy_collapse, length_cap, repetition, format_collapse, "
                                  "reward_up_eval_down, kl_blowup, grad_spike, zero_variance, logprob_mismatch or nan "
-                                 "(decision 0048)")
+                                 "(decision 0050)")
     metric = serializers.CharField()
     value = serializers.FloatField(allow_null=True, help_text="null when the value was NaN or infinite")
     threshold = serializers.FloatField(allow_null=True, help_text="the config's health bound it passed")

@@ -373,7 +373,7 @@ class RunCheckpoints(APIView):
 class RunAlerts(APIView):
     @extend_schema(
         responses={200: AlertOut(many=True), **ERRORS},
-        description="The run's health alerts (decision 0048), newest first: the step, the kind, the metric, its value "
+        description="The run's health alerts (decision 0050), newest first: the step, the kind, the metric, its value "
         "against the threshold, the step's samples that tripped it and the inspector's address at that step.",
     )
     def get(self, request: Request, run_id: int) -> Response:

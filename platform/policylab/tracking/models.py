@@ -247,7 +247,7 @@ class RunProfile(models.Model):
 
 
 class RunAlert(models.Model):
-    """A run-health check that tripped (the trainer's `alert` events, trainer.pipeline.health; decision 0048): at
+    """A run-health check that tripped (the trainer's `alert` events, trainer.pipeline.health; decision 0050): at
     which step, of which kind, on which metric, its value against which threshold, and the step's samples that
     tripped it ([{"group_id", "sample_index"}], for the inspector). One row per event (its seq); replays change
     nothing."""

@@ -1,4 +1,4 @@
-"""Run-health alerts (decision 0048): the trainer's `alert` events are stored once each (replays add nothing),
+"""Run-health alerts (decision 0050): the trainer's `alert` events are stored once each (replays add nothing),
 listed by the API (run detail and /alerts/) with their step, metric, value, threshold and samples, shown on the
 run page linked to the inspector at their step, all within the caller's team."""
 

@@ -130,8 +130,9 @@ def smoke_rows(config: PipelineConfig, rows: Iterable[Mapping[str, str]]) -> lis
     prompt = (data_args.prompt if data_args else None) or "prompt"
     messages = data_args.messages if data_args else None
     answer = (data_args.response if data_args else None) or "answer"
-    tag_column = data_args.tag if data_args else None
+    tag_column = (data_args.tag if data_args else None) or "tag"  # ROLL reads the column `tag` unless told
     tag = next((t for reward in config.rewards.values() for t in reward.tag_included), None)
+    domains = list((data_args.domain_interleave_probs if data_args else None) or {})
     out = []
     for row in rows:
         laid: dict[str, Any] = {}
@@ -142,6 +143,8 @@ def smoke_rows(config: PipelineConfig, rows: Iterable[Mapping[str, str]]) -> lis
         _put(laid, answer, row["answer"])
         if tag_column and tag:
             laid[tag_column] = tag
+        if len(domains) == 1:  # ROLL's one-domain files name their domain; its rows must carry it
+            laid["domain"] = domains[0]
         out.append(laid)
     return out
 

@@ -51,7 +51,8 @@ def test_validate_invalid_subprocess_exit_2_without_traceback(tmp_path: Path) ->
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     lines = proc.stderr.splitlines()
-    assert "actor_train.training_args.lerning_rate: unknown key 'lerning_rate'; did you mean learning_rate?" in lines
+    assert ("actor_train.training_args.lerning_rate: unknown key 'lerning_rate'; did you mean learning_rate?; "
+            "override ~actor_train.training_args.lerning_rate") in lines
     assert any(line.startswith("actor_train.device_mapping: ") for line in lines)
 
 

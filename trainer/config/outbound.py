@@ -1,4 +1,4 @@
-"""Which URLs a run may call, and the one way it calls them (docs/decisions/0045).
+"""Which URLs a run may call, and the one way it calls them (docs/decisions/0047-outbound-calls-and-ray-auth.md).
 
 Every URL a run contacts (an llm_judge reward's `judge_api_url`, a code_sandbox reward's `code_url`) goes
 through `check_url`, at validation and again right before each request (`post_json`):

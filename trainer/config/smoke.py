@@ -82,7 +82,8 @@ def _writes_inside(config: PipelineConfig, output_dir: str) -> list[str]:
 
 def _role_overrides(role: str, worker: Any, *, model: str, data_file: str, samples: int) -> list[str]:
     out = [f"{role}.device_mapping=[0]", f"{role}.infer_batch_size={samples}", f"{role}.world_size=null"]
-    if worker.model_args.model_name_or_path is not None:
+    # every model a role loads is the tiny one; a policy role whose file leaves it to `pretrain` gets it too
+    if worker.model_args.model_name_or_path is not None or role in ("actor_train", "actor_infer"):
         out.append(f"{role}.model_args.model_name_or_path={model}")
     if worker.data_args is not None:
         out += _data_overrides(role, worker.data_args, data_file)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 from django.conf import settings
@@ -146,6 +147,13 @@ def write_config(run: Run, config: dict[str, Any]) -> Path:
     return path
 
 
+def own_service_ports() -> list[int]:
+    """The ports a run may never call on this machine: the deployment's list, and the Ray dashboard and Redis this
+    platform talks to now (settings can point elsewhere after start-up, as the tests' own clusters do)."""
+    current = {urlparse(url).port for url in (settings.RAY_ADDRESS, settings.REDIS_URL)}
+    return sorted(set(settings.POLICYLAB_OUTBOUND_DENY) | {port for port in current if port})
+
+
 def runtime_env(secrets: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Ray runtime_env of the trainer job. On the embedded cluster the repo is on the same disk, so
     PYTHONPATH points at it instead of uploading a working_dir. `secrets`: the team secrets the config names,
@@ -159,7 +167,7 @@ def runtime_env(secrets: Mapping[str, str] | None = None) -> dict[str, Any]:
         ENV_ALLOW_VAR: settings.POLICYLAB_CONFIG_ENV_ALLOW,
         # the judge and code sandbox URLs a run may call (trainer.config.outbound)
         OUTBOUND_ALLOW_VAR: settings.POLICYLAB_OUTBOUND_ALLOW,
-        OUTBOUND_DENY_VAR: ",".join(str(port) for port in settings.POLICYLAB_OUTBOUND_DENY),
+        OUTBOUND_DENY_VAR: ",".join(str(port) for port in own_service_ports()),
     }
     if settings.POLICYLAB_TRAINER_PYTHONPATH:
         env_vars["PYTHONPATH"] = str(settings.POLICYLAB_TRAINER_PYTHONPATH)

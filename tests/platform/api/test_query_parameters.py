@@ -139,7 +139,7 @@ def test_every_documented_parameter_of_every_endpoint_is_accepted(api_alice, ali
     experiment = make_experiment(alice, team_a)
     run = Run.objects.create(experiment=experiment, created_by=alice, status=RunStatus.SUCCEEDED)
     objects = {"runs": run.pk, "experiments": experiment.pk, "tokens": ApiToken.objects.filter(user=alice)[0].pk,
-               "rollouts": 1}
+               "rollouts": 1, "teams": team_a.pk, "secrets": "ANY_NAME"}
     checked = 0
     for path, names in documented_get_operations():
         url = re.sub(r"/(\w+)/\{\w+\}", lambda m: f"/{m[1]}/{objects[m[1]]}", path)

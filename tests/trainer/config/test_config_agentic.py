@@ -63,10 +63,10 @@ def test_a_coherent_agentic_config_needs_no_data_and_no_reward() -> None:
         ),
         (
             {
-                "train_env_manager.worker_cls": "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"
+                "train_env_manager.worker_cls": "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager"
             },
             "train_env_manager.worker_cls",
-            ["step-wise env manager is not supported yet", "never imported"],
+            ["step-concat env manager is not supported yet", "never imported"],
         ),
         (
             {"custom_envs.Lake.env_type": "maze"},

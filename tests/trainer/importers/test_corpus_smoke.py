@@ -22,7 +22,7 @@ import pytest
 
 from tests.trainer.importers.test_foreign_corpus import CORPUS, FILES, fixing_overrides, fmt_of
 from tests.trainer.pipeline.conftest import REPO_ROOT, events, metrics_by_step, run_local
-from trainer.config import config_to_yaml, load_config, validate_config
+from trainer.config import PipelineConfig, config_to_yaml, load_config, validate_config
 from trainer.config.confinement import path_fields
 from trainer.config.preflight import preflight
 from trainer.config.smoke import (
@@ -71,6 +71,16 @@ def one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def unshrinkable(config: PipelineConfig) -> str:
+    """What trainer.config.smoke cannot shrink yet (issue 43 leaves it open), said in the skip: "" when nothing."""
+    domains = config.actor_train.data_args.domain_interleave_probs if config.actor_train.data_args else None
+    if domains and len(domains) > 1:
+        return f"{len(domains)} reward domains (the smoke writes one GSM8K-style file, not rows per domain)"
+    if config.train_env_manager is not None:
+        return "an agentic file (env-group sizes and turn lengths are not shrunk to a 2-prompt batch)"
+    return ""
+
+
 def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str]) -> None:
     try:
         overrides, result = fixing_overrides(name)
@@ -79,6 +89,9 @@ def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str]) -> None:
     if not result.ok:
         pytest.skip(f"{name}: does not validate: {[str(i) for i in result.errors]}")
     translated = load_config(CORPUS / name, overrides)
+    not_shrunk = unshrinkable(translated)
+    if not_shrunk:
+        pytest.skip(f"{name}: the smoke does not shrink it yet: {not_shrunk}")
     native = tmp_path / "native.yaml"
     # what the translation chose, not every default (a default written out reads as set)
     native.write_text(config_to_yaml(translated.model_dump(mode="json", exclude_unset=True)), encoding="utf-8")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from trainer.config.issues import ConfigIssue
@@ -120,16 +120,23 @@ def redact_config_text(text: str) -> str:
     return _TEXT_FIELD.sub(shown, text) if text else text
 
 
-def plain_secret_issues(tree: Any, path: str = "") -> list[ConfigIssue]:
-    """A warning for each secret-looking key written with its value in the config (shown to no one, but stored
-    with the experiment and passed around in the clear)."""
-    issues: list[ConfigIssue] = []
+def _leaves(tree: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(dotted path, key, value) of every value of `tree` that is neither a mapping nor a list, depth first."""
     items = tree.items() if isinstance(tree, Mapping) else enumerate(tree) if isinstance(tree, list) else ()
     for key, value in items:
         here = f"{path}.{key}" if path else str(key)
         if isinstance(value, Mapping | list):
-            issues += plain_secret_issues(value, here)
-        elif is_secret_key(str(key)) and _shown(value) == REDACTED and "${" not in value:  # not an interpolation
+            yield from _leaves(value, here)
+        else:
+            yield here, key, value
+
+
+def plain_secret_issues(tree: Any) -> list[ConfigIssue]:
+    """A warning for each secret-looking key written with its value in the config (shown to no one, but stored
+    with the experiment and passed around in the clear)."""
+    issues: list[ConfigIssue] = []
+    for here, key, value in _leaves(tree):
+        if is_secret_key(str(key)) and _shown(value) == REDACTED and "${" not in value:  # not an interpolation
             issues.append(ConfigIssue(here, "a credential written in the config: store it as a team secret (an "
                                             "admin: Team secrets page, or POST /api/teams/<id>/secrets/) and write "
                                             "${secret:NAME}; the "
@@ -137,16 +144,12 @@ def plain_secret_issues(tree: Any, path: str = "") -> list[ConfigIssue]:
     return issues
 
 
-def misplaced_reference_issues(tree: Any, path: str = "") -> list[ConfigIssue]:
+def misplaced_reference_issues(tree: Any) -> list[ConfigIssue]:
     """An error for each `${secret:…}` outside SECRET_FIELDS (it would reach the run as its literal text), for a
     reference that is not the field's whole value, and for a REDACTED copied from a shown config."""
     issues: list[ConfigIssue] = []
-    items = tree.items() if isinstance(tree, Mapping) else enumerate(tree) if isinstance(tree, list) else ()
-    for key, value in items:
-        here = f"{path}.{key}" if path else str(key)
-        if isinstance(value, Mapping | list):
-            issues += misplaced_reference_issues(value, here)
-        elif value == REDACTED and is_secret_key(str(key)):
+    for here, key, value in _leaves(tree):
+        if value == REDACTED and is_secret_key(str(key)):
             issues.append(ConfigIssue(here, f"{REDACTED} stands for a credential hidden from view, not a value; write "
                                             "${secret:NAME} with a secret of your team"))
         elif isinstance(value, str) and _ANY_REFERENCE.search(value):

@@ -12,7 +12,9 @@ An overrun is reported once (`Stall`: the phase, how long it has run, its bound,
 have not answered, and the Python stacks of the driver and of those ranks), then acted on as
 `on_stall` says: `wait` keeps waiting; `fail` and `restart_from_checkpoint` end the attempt (the thread
 that runs the pipeline is interrupted; if it does not stop within `grace_s`, the process exits). A stalled phase that
-ends after all is reported as recovered, and its duration does not enter the history.
+ends after all is reported as recovered, and its duration does not enter the history. A phase that ends while
+its stall is being reported (the stacks take a while; a sub-second phase past a tiny bound ends meanwhile) is
+reported as recovered right after the stall, never left looking as if the attempt had ended.
 """
 
 from __future__ import annotations
@@ -114,6 +116,10 @@ class Stall:
 
 
 def seconds(value: float) -> str:
+    """A duration as read by a person: milliseconds below a second (a 0.04 s phase against a 0.01 s bound
+    must not read "0.0 s past 0.0 s"), one decimal below 10 s, whole seconds above."""
+    if value < 1:
+        return f"{value * 1000:.3g} ms"
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
@@ -123,6 +129,10 @@ class _Running:
     thread: str
     started: float
     stall: Stall | None = None
+    flagged: bool = False  # check() is reporting a stall of it (under the lock: the report itself is not)
+    reported: bool = False  # the stall's report has been made
+    ended_after: float | None = None  # set when the phase ended
+    ended_by_watchdog: bool = False
 
 
 class Watchdog:
@@ -148,19 +158,20 @@ class Watchdog:
         key = id(entry)
         with self.lock:
             self.running[key] = entry
-        ended_by_watchdog = False
         try:
             yield
         except BaseException as exc:
-            ended_by_watchdog = stalled_in(exc) is not None
+            entry.ended_by_watchdog = stalled_in(exc) is not None
             raise
         finally:
             elapsed = self.clock() - entry.started
             with self.lock:
                 del self.running[key]
-                if entry.stall is None:
+                entry.ended_after = elapsed
+                if not entry.flagged:
                     self.history.setdefault(name, deque(maxlen=self.bounds.window)).append(elapsed)
-            if entry.stall is not None and not ended_by_watchdog:
+                tell = entry.reported  # else check() is still reporting, and tells the recovery after its report
+            if tell and not entry.ended_by_watchdog:
                 self.recovered(name, elapsed)
 
     def check(self) -> list[Stall]:
@@ -168,17 +179,28 @@ class Watchdog:
         now = self.clock()
         with self.lock:
             overdue = [(entry, now - entry.started, bound) for entry in self.running.values()
-                       if entry.stall is None
+                       if not entry.flagged
                        and now - entry.started > (bound := phase_bound(self.history.get(entry.phase, ()),
                                                                         self.bounds, entry.phase))]
+            for entry, _, _ in overdue:
+                entry.flagged = True
         stalls = []
         for entry, elapsed, bound in overdue:
             waiting = tuple(self.waiting())
-            entry.stall = Stall(entry.phase, elapsed, bound, entry.thread, waiting, capture_stacks(waiting))
-            stalls.append(entry.stall)
-            self.report(entry.stall)
-            if self.act is not None:
-                self.act(entry.stall)
+            stall = Stall(entry.phase, elapsed, bound, entry.thread, waiting,
+                          capture_stacks(waiting, driver_thread=entry.thread))
+            with self.lock:
+                entry.stall = stall
+            stalls.append(stall)
+            self.report(stall)
+            with self.lock:
+                entry.reported = True
+                ended_after = entry.ended_after
+            if ended_after is not None:  # it ended while the stall was reported: it recovered, nothing to act on
+                if not entry.ended_by_watchdog:
+                    self.recovered(entry.phase, ended_after)
+            elif self.act is not None:
+                self.act(stall)
         return stalls
 
     def still_stalled(self, stall: Stall) -> bool:
@@ -202,31 +224,55 @@ class Watchdog:
                 print(f"watchdog: {traceback.format_exc()}", file=sys.stderr, flush=True)
 
 
-def capture_stacks(waiting: Sequence[Waiting]) -> str:
-    """The driver's threads, then each waiting rank's process (py-spy, read without stopping it: it
-    works on a process that is itself stopped). A rank on another node, or without py-spy here, is
+def capture_stacks(waiting: Sequence[Waiting], driver_thread: str | None = None) -> str:
+    """Each waiting rank's process first (py-spy, read without stopping it: it works on a process that is
+    itself stopped), its threads that run the trainer's code before Ray's idle ones; then the driver's
+    threads, the stalled phase's (`driver_thread`) first. A rank on another node, or without py-spy here, is
     named with the reason its stack is missing."""
-    parts = [f"== driver (pid {os.getpid()})\n{driver_stacks()}"]
+    parts = []
     for call in waiting:
         for rank, pid in zip(call.ranks, call.pids, strict=True):
             title = f"== {call.role} rank {rank} in {call.method}"
             if pid is None:
                 parts.append(f"{title}\n(no process id known for this rank)")
             elif pid == os.getpid():
-                parts.append(f"{title}: in the driver process, see above")
+                parts.append(f"{title}: in the driver process, see below")
             else:
-                parts.append(f"{title} (pid {pid})\n{process_stacks(pid)}")
+                parts.append(f"{title} (pid {pid})\n{waiting_first(process_stacks(pid))}")
+    parts.append(f"== driver (pid {os.getpid()})\n{driver_stacks(driver_thread)}")
     return "\n\n".join(parts)
 
 
-def driver_stacks() -> str:
+def thread_rank(block: str) -> int:
+    """Where a thread's stack goes in a dump: 0 runs the trainer's code (what the rank is waiting in), 1 is
+    active, 2 is idle (Ray's listener and log threads, a pool's idle workers)."""
+    if "trainer/" in block or "trainer\\" in block:
+        return 0
+    return 1 if "(active" in block.split("\n", 1)[0] else 2
+
+
+def waiting_first(dump: str) -> str:
+    """A py-spy dump ("Process …", "Python …", then one "Thread …" block each) with the threads that run the
+    trainer's code first and the idle ones last; anything else (a message instead of a dump) as it is."""
+    head, sep, rest = dump.partition("\nThread ")
+    if not sep:
+        return dump
+    blocks = [f"Thread {block}" for block in rest.split("\nThread ")]
+    blocks.sort(key=thread_rank)  # stable: py-spy's order within a rank
+    return "\n".join([head, *blocks])
+
+
+def driver_stacks(first: str | None = None) -> str:
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     blocks = []
     for ident, frame in sys._current_frames().items():
-        if names.get(ident) == "watchdog":
+        name = names.get(ident, ident)
+        if name == "watchdog":
             continue
-        blocks.append(f"-- thread {names.get(ident, ident)}\n{''.join(traceback.format_stack(frame))}")
-    return "\n".join(blocks)[-STACK_BYTES:]
+        block = f"-- thread {name}\n{''.join(traceback.format_stack(frame))}"
+        blocks.append((0 if name == first else 1 + thread_rank(block), block))
+    blocks.sort(key=lambda ranked: ranked[0])
+    return "\n".join(block for _, block in blocks)[:STACK_BYTES]
 
 
 def py_spy() -> str | None:

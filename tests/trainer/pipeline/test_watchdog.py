@@ -219,3 +219,62 @@ def test_a_worker_stopped_with_sigstop_is_named_with_its_stack_and_the_restart_r
     verdict = account(*read_ledger(out / LEDGER_FILE))
     assert verdict.ok and verdict.finished and verdict.attempts == 2, verdict
     assert (verdict.lost_prompts, verdict.duplicated_prompts) == (0, 0)
+
+
+def test_a_phase_that_ends_while_its_stall_is_reported_is_reported_as_recovered() -> None:
+    """Issue 46: a sub-second phase past a tiny bound ends while the watchdog gathers the waiting ranks and their
+    stacks; its stall was left without a recovery (shown as "the attempt ended" on a run that succeeded), and its
+    overrun entered the history."""
+    import threading
+
+    reports, recoveries = [], []
+    release, ended = threading.Event(), threading.Event()
+    dog = Watchdog(Bounds(phase_timeout_s={"reward": 0.01}), report=reports.append,
+                   recovered=lambda phase, s: recoveries.append((phase, s)), waiting=lambda: ended_meanwhile())
+
+    def ended_meanwhile() -> list[Waiting]:  # the phase ends while its stall is being put together
+        release.set()
+        assert ended.wait(5)
+        return []
+
+    def run_phase() -> None:
+        with dog.phase("reward"):
+            assert release.wait(5)
+        ended.set()
+
+    worker = threading.Thread(target=run_phase)
+    worker.start()
+    time.sleep(0.05)
+    [stall] = dog.check()
+    worker.join(5)
+    assert reports == [stall]
+    assert [phase for phase, _ in recoveries] == ["reward"] and recoveries[0][1] >= 0.05  # once, after the report
+    assert "reward" not in dog.history  # the overrun does not teach the bound
+
+
+def test_sub_second_durations_are_shown_in_milliseconds() -> None:
+    stall = Stall("reward", 0.0432, 0.01, "MainThread", (), "")
+    assert stall.summary().startswith("phase reward has run 43.2 ms, past its bound of 10 ms")  # was "0.0 s … 0.0 s"
+    assert Stall("generate", 12.4, 5.0, "MainThread", (), "").summary().startswith(
+        "phase generate has run 12 s, past its bound of 5.0 s")
+
+
+def test_the_stack_dump_opens_with_the_waiting_ranks_frames_not_rays_idle_threads() -> None:
+    from trainer.pipeline.watchdog import capture_stacks, waiting_first
+
+    dump = ('Process 4242: ray::ActorWorker.generate\nPython v3.11.2 (/usr/bin/python3.11)\n\n'
+            'Thread 4250 (idle): "ray_listen_error_messages"\n    wait (threading.py:320)\n'
+            'Thread 4251 (idle): "ray_print_logs"\n    wait (threading.py:320)\n'
+            'Thread 4242 (idle): "MainThread"\n    sample_next_tokens (trainer/rollout/hf.py:120)\n'
+            '    generate (trainer/roles/rollout.py:40)\n')
+    ordered = waiting_first(dump)
+    assert ordered.startswith("Process 4242: ray::ActorWorker.generate\nPython v3.11.2")
+    threads = [line for line in ordered.splitlines() if line.startswith("Thread ")]
+    assert threads[0] == 'Thread 4242 (idle): "MainThread"'  # the frames the rank waits in come first
+    assert ordered.count("wait (threading.py:320)") == 2 and "sample_next_tokens" in ordered
+    assert waiting_first("(py-spy is not installed: no stack for another process)") == (
+        "(py-spy is not installed: no stack for another process)")
+
+    text = capture_stacks([Waiting("actor_infer", "generate", (0,), (None,))], driver_thread="MainThread")
+    assert text.index("== actor_infer rank 0 in generate") < text.index("== driver")
+    assert text.split("== driver", 1)[1].split("\n")[1] == "-- thread MainThread"  # the phase's thread first

@@ -1354,7 +1354,8 @@ class RewardNormalization(Section):
     grouping: Literal["state", "batch", "inductive"] = fld(
         "state", category="Agentic",
         description="Which trajectories are normalised together: same start state, whole batch, or by tag. "
-        "ROLL main's traj_group_id (one env group's trajectories, which share the start state) reads as state.",
+        "ROLL main's traj_group_id (one env group's trajectories, which share the start state) reads as state, "
+        "its tags (the env tag column ROLL groups by) as inductive.",
     )
     method: Literal["asym_clip", "identity", "mean_std", "mean"] = fld(
         "identity", category="Agentic",
@@ -1365,7 +1366,7 @@ class RewardNormalization(Section):
     @field_validator("grouping", mode="before")
     @classmethod
     def _roll_main_grouping(cls, value: Any) -> Any:
-        return "state" if value == "traj_group_id" else value
+        return {"traj_group_id": "state", "tags": "inductive"}.get(value, value) if isinstance(value, str) else value
 
 
 class EnvManagerConfig(Section):
@@ -2000,6 +2001,12 @@ class PipelineConfig(Section):
     @classmethod
     def _known_global_template(cls, value: str | None) -> str | None:
         return known_template(value)
+
+    @field_validator("reward_norm", mode="before")
+    @classmethod
+    def _python_none(cls, value: Any) -> Any:
+        """`reward_norm: None` (Python's None as a YAML string, ROLL's docs example) is unset: ROLL main drops the key."""
+        return None if value == "None" else value
 
     def clip_range(self) -> tuple[float, float]:
         """(low, high) of the PPO ratio clip: pg_clip_low / pg_clip_high, each else pg_clip."""

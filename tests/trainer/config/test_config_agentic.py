@@ -93,9 +93,11 @@ def test_agentic_errors_name_the_field(changes: dict[str, Any], path: str, words
     assert all(any(word in message for message in found[path]) for word in words), found[path]
 
 
-def test_roll_mains_traj_group_id_grouping_is_the_start_state_grouping() -> None:
-    result = validate_config(changed({**AGENTIC, "reward_normalization": {"grouping": "traj_group_id"}}))
-    assert result.config is not None and result.config.reward_normalization.grouping == "state"
+@pytest.mark.parametrize(("roll", "native"), [("traj_group_id", "state"), ("tags", "inductive")])
+def test_roll_mains_grouping_columns_are_the_native_groupings(roll: str, native: str) -> None:
+    """ROLL main groups by a column of the batch: traj_group_id (one start state), tags (one environment tag)."""
+    result = validate_config(changed({**AGENTIC, "reward_normalization": {"grouping": roll}}))
+    assert result.config is not None and result.config.reward_normalization.grouping == native
 
 
 def test_agentic_warnings() -> None:

@@ -264,6 +264,9 @@ def test_reward_norm_sets_norm_types() -> None:
     assert (config.norm_mean_type, config.norm_std_type) == ("group", "group")
     config = load_config(changed({"reward_norm": "group", "norm_std_type": "batch"}))
     assert (config.norm_mean_type, config.norm_std_type) == ("group", "batch")
+    # ROLL's docs example writes Python's None; ROLL main drops the key: nothing is normalised
+    config = load_config(changed({"reward_norm": "None"}))
+    assert (config.reward_norm, config.norm_mean_type, config.norm_std_type) == (None, None, None)
 
 
 def test_roll_worker_cls_maps_to_reward_type() -> None:

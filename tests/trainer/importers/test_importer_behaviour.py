@@ -189,6 +189,23 @@ def test_lora_alpha_and_targets_import_only_with_a_positive_rank(fmt, section, r
         assert f"not imported: used only when {rank} > 0" in warned[f"{section}.{key}"], warned
 
 
+@pytest.mark.parametrize("path", [None, "absent"])
+def test_verl_without_a_policy_model_is_refused_naming_the_override(path: str | None) -> None:
+    """verl-recipe's async_grpo leaves actor_rollout_ref.model.path null (its run script sets it): refused, as a
+    missing reward model is, with the override that sets it; with it, the file validates."""
+    raw = base("verl")
+    if path is None:
+        raw["actor_rollout_ref"]["model"]["path"] = None
+    else:
+        del raw["actor_rollout_ref"]["model"]
+    _, issues = translate(raw, "verl")
+    errors = [i for i in issues if i.severity == "error"]
+    assert [i.path for i in errors] == ["actor_rollout_ref.model.path"]
+    assert errors[0].message.endswith("override actor_rollout_ref.model.path=/path/to/model")
+    native, issues = translate(set_key(raw, "actor_rollout_ref.model.path", "/models/policy"), "verl")
+    assert not [i for i in issues if i.severity == "error"] and native["pretrain"] == "/models/policy"
+
+
 def test_verl_global_micro_batch_is_divided_by_the_devices() -> None:
     raw = base("verl")
     actor = raw["actor_rollout_ref"]["actor"]

@@ -669,6 +669,8 @@ def finish(t: Translation) -> None:
     _dapo(t)
     _schedule(t)
     _validation(t)
+    if not t.has(f"{ARR}.model.path"):  # verl-recipe's async_grpo leaves it null for its run script to set
+        t.required(f"{ARR}.model.path", "the policy model: actor, rollout and reference load it", "/path/to/model")
     fill_model_paths(t, ("actor_train", "actor_infer", "reference", "critic"))
     drop_unused_reference(t)
     settle_strategies(t)

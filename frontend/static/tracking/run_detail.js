@@ -76,17 +76,28 @@ function showPhases(run) {
   }).join("");
 }
 
+const baseTitle = document.title;
+
+// A live run whose latest attempt has an open stall (the server-rendered banner) shows as stalled: in its
+// status, the page title and the ETA, which means nothing while a phase does not end.
+function stalledNow(run) {
+  return !run.finished && Boolean(document.querySelector("#run-stalls .stall-banner"));
+}
+
 function showState(run) {
   if (!run || typeof run.version !== "number" || run.version < shown.version) return;
   const statusChanged = shown.status !== undefined && shown.status !== run.status;
   shown = run;
+  const stalled = stalledNow(run);
+  const status = stalled ? "stalled" : run.status;
   const state = document.getElementById("run-state");
-  state.textContent = run.status;
-  state.className = `status status-${run.status}`;
+  state.textContent = status;
+  state.className = `status status-${status}`;
   state.dataset.version = String(run.version);
+  document.title = stalled ? baseTitle.replace(`Run ${runId} `, `Run ${runId} (stalled) `) : baseTitle;
   document.getElementById("run-step").textContent = run.step;
   document.getElementById("run-total").textContent = run.total_steps ?? "?";
-  document.getElementById("run-eta").textContent = formatEta(run.eta_s);
+  document.getElementById("run-eta").textContent = stalled ? "— (stalled)" : formatEta(run.eta_s);
   document.getElementById("run-message").textContent = run.message || "";
   const pct = run.total_steps ? Math.min(100, (100 * run.step) / run.total_steps) : 0;
   document.getElementById("run-progress").style.width = `${pct}%`;
@@ -260,6 +271,7 @@ async function refreshSection(id) {
   if (!response.ok) return;
   const fresh = new DOMParser().parseFromString(await response.text(), "text/html").getElementById(id);
   if (fresh) document.getElementById(id)?.replaceWith(fresh);
+  if (id === "run-stalls" && shown.version >= 0) showState(shown); // stalled, or running again
 }
 
 // A confirmation that says what will happen; resolves true when the user agrees. `danger`: the agreeing

@@ -163,6 +163,9 @@ class StallOut(serializers.Serializer):
     file = serializers.CharField(help_text="the stall's text file, relative to the run directory")
     recovered_after_s = serializers.FloatField(allow_null=True, help_text="set when the phase ended after all")
     open = serializers.BooleanField(help_text="the latest attempt is stalled now")
+    ended = serializers.CharField(help_text="how it ended: open, recovered, restarted (from the latest checkpoint), "
+                                  "failed (on_stall: fail) or attempt-ended (cancelled or failed meanwhile)")
+    ended_text = serializers.CharField(help_text="the same, in words")
 
 
 class AlertSampleOut(serializers.Serializer):

@@ -189,12 +189,14 @@ def store_attempt_facts(run_id: int, facts: Mapping[tuple[int, str], tuple[int, 
 
 def store_stalls(run_id: int, stall_events: Sequence[dict[str, Any]]) -> None:
     """A `stalled` event is a RunStall (keyed by its seq: a replay creates nothing); a `recovered` one sets
-    the duration on the latest stall of that attempt and phase that was reported before it."""
+    the duration on the latest stall of that attempt and phase, reported before it and not closed yet (a second
+    recovery never overwrites the first one's stall and leaves an earlier stall open)."""
     for event in stall_events:
         data = storable_json(event["data"])
         if data.get("state") == "recovered":
             latest = RunStall.objects.filter(run_id=run_id, attempt=event["attempt"], phase=str(data.get("phase", "")),
-                                             seq__lt=event["seq"]).order_by("-seq").values_list("pk", flat=True)[:1]
+                                             seq__lt=event["seq"], recovered_after_s__isnull=True,
+                                             ).order_by("-seq").values_list("pk", flat=True)[:1]
             RunStall.objects.filter(pk__in=list(latest)).update(recovered_after_s=finite_or_none(data.get("elapsed_s")))
             continue
         RunStall.objects.get_or_create(run_id=run_id, seq=event["seq"], defaults={

@@ -684,17 +684,49 @@ def latest_fingerprints(runs: Sequence[Run]) -> list[dict[str, Any] | None]:
     return [shown_json(newest[r.pk], r.run_dir) if r.pk in newest else None for r in runs]
 
 
+def duration_text(seconds: float) -> str:
+    """A duration to a tenth of a second, or in ms below a second (a sub-second phase is not "0.0 s")."""
+    return f"{seconds * 1000:.3g} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def stall_ending(stall: RunStall, *, is_open: bool, attempts: dict[int, str], run_status: str) -> tuple[str, str]:
+    """How a stall ended, as (kind, text): `recovered` (the phase ended by itself), `restarted` (on_stall ended
+    the attempt and a later attempt resumed from the latest checkpoint), `failed` (on_stall: fail ended the run),
+    `attempt-ended` (the attempt ended, by a cancel or an error, while the phase was still running), or `open`."""
+    if stall.recovered_after_s is not None:
+        return "recovered", f"recovered: the phase ended by itself after {duration_text(stall.recovered_after_s)}"
+    if is_open:
+        return "open", ""
+    later = sorted(n for n in attempts if n > stall.attempt)
+    if stall.on_stall == "restart_from_checkpoint":
+        if later:
+            return "restarted", (f"the watchdog ended attempt {stall.attempt}; attempt {later[0]} restarted from the "
+                                 "latest checkpoint")
+        return "restarted", f"the watchdog ended attempt {stall.attempt} to restart from the latest checkpoint"
+    if stall.on_stall == "fail":
+        return "failed", f"the watchdog ended attempt {stall.attempt} without a retry (on_stall: fail)"
+    status = run_status if not later else attempts.get(stall.attempt, "")
+    return "attempt-ended", (f"the attempt ended{f' ({status})' if status else ''} while the phase was still "
+                             "running")
+
+
 def run_stalls(run: Run) -> list[dict[str, Any]]:
     """The run's stalls, newest first, as shown (stacks and summaries through shown_text); `open` marks a
-    stall of the run's latest attempt whose phase had not ended, while the run is still active."""
-    latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
+    stall of the run's latest attempt whose phase had not ended, while the run is still active; `ended` and
+    `ended_text` say how each ended (stall_ending)."""
+    attempts = dict(run.attempts.values_list("number", "status"))
+    latest = max(attempts, default=None)
     active = run.status in statuses.ACTIVE
-    return [{"attempt": s.attempt, "seq": s.seq, "time": s.time, "phase": s.phase,
-             "summary": shown_text(s.summary, run.run_dir), "elapsed_s": s.elapsed_s, "bound_s": s.bound_s,
-             "on_stall": s.on_stall, "waiting": s.waiting, "stacks": shown_text(s.stacks, run.run_dir),
-             "file": s.file, "recovered_after_s": s.recovered_after_s,
-             "open": active and s.attempt == latest and s.recovered_after_s is None}
-            for s in RunStall.objects.filter(run=run).order_by("-seq")]
+    rows = []
+    for s in RunStall.objects.filter(run=run).order_by("-seq"):
+        is_open = active and s.attempt == latest and s.recovered_after_s is None
+        ended, ended_text = stall_ending(s, is_open=is_open, attempts=attempts, run_status=run.status)
+        rows.append({"attempt": s.attempt, "seq": s.seq, "time": s.time, "phase": s.phase,
+                     "summary": shown_text(s.summary, run.run_dir), "elapsed_s": s.elapsed_s, "bound_s": s.bound_s,
+                     "on_stall": s.on_stall, "waiting": s.waiting, "stacks": shown_text(s.stacks, run.run_dir),
+                     "file": s.file, "recovered_after_s": s.recovered_after_s, "open": is_open,
+                     "ended": ended, "ended_text": ended_text})
+    return rows
 
 
 def run_alerts(run: Run) -> list[dict[str, Any]]:

@@ -2,8 +2,8 @@
 
 Each check is a small pure function of the step's metrics (the dict the loop logs) or of its samples, with
 its rule in the docstring; `HealthMonitor` keeps the little state some need (the first step's length clip
-ratio, recent gradient norms, the previous evaluation) and turns trips into alerts, which the loop emits as
-`alert` events (trainer.telemetry.events.AlertData). Thresholds: the config's `health` section; defaults and
+ratio, recent gradient norms, the previous evaluation, when each alert last tripped; saved with each checkpoint
+through `state_dict`) and turns trips into alerts, which the loop emits as `alert` events (trainer.telemetry.events.AlertData). Thresholds: the config's `health` section; defaults and
 where they come from: docs/decisions/0050-run-health-alerts.md.
 
 An alert fires when its condition trips after at least `rearm_steps` checked steps without a trip of the same
@@ -156,6 +156,26 @@ class HealthMonitor:
 
     def on(self, kind: str) -> bool:
         return self.cfg.enabled and kind not in self.cfg.disabled
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the checks compare against and which alerts are armed, as JSON for the checkpoint's
+        trainer_state.json: a resumed run neither raises again an episode it already raised nor forgets the first
+        step's shares, the gradient-norm window, the zero-variance run or the previous evaluation."""
+        return {"first_clip_ratio": self.first_clip_ratio, "first_format_errors": self.first_format_errors,
+                "grad_norms": list(self.grad_norms), "zero_variance": list(self.zero_variance),
+                "last_eval": list(self.last_eval) if self.last_eval is not None else None, "checks": self.checks,
+                "last_trip": [[kind, metric, check] for (kind, metric), check in sorted(self.last_trip.items())]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore state_dict()'s output (the config's thresholds and windows stay this run's own)."""
+        self.first_clip_ratio = state["first_clip_ratio"]
+        self.first_format_errors = state["first_format_errors"]
+        self.grad_norms = deque(float(x) for x in state["grad_norms"][-self.cfg.grad_norm_window:])
+        self.zero_variance = [float(x) for x in state["zero_variance"]][-self.cfg.zero_variance_steps:]
+        last_eval = state["last_eval"]
+        self.last_eval = (float(last_eval[0]), float(last_eval[1])) if last_eval is not None else None
+        self.checks = int(state["checks"])
+        self.last_trip = {(str(kind), str(metric)): int(check) for kind, metric, check in state["last_trip"]}
 
     def check(self, step: int, metrics: Mapping[str, float], samples: Sequence[SampleFacts] = ()) -> list[Alert]:
         """The alerts of one step: its trips (`trips`) whose (kind, metric) is due again (`rearm_due`)."""

@@ -739,6 +739,7 @@ class RLVRPipeline:
                 "kl_ctrl": {"type": type(self.kl_ctrl).__name__, **asdict(self.kl_ctrl)},
                 "reward_stats": self.reward_state.state_dict(),
                 "step_times": self.step_times[-10:],
+                "health": self.health.state_dict(),  # armed alerts and what the checks compare against
                 "rollout": {"next_batch": held["next_batch"], "ledger_lines": held["ledger_lines"],
                             "ledger_path": str(self.ledger.path.resolve()),
                             "pending": [asdict(p) for p in held["pending"]]},
@@ -778,6 +779,8 @@ class RLVRPipeline:
                         else kl_algos.FixedKLController)(**kl_state)
         self.reward_state = rewarding.RewardStats.from_state_dict(state["reward_stats"])
         self.step_times = list(state.get("step_times", []))
+        if "health" in state:  # absent in checkpoints older than the run-health alerts: the checks start over
+            self.health.load_state_dict(state["health"])
         rollout = state.get("rollout", {})  # absent in checkpoints older than the ledger
         buffer_file = path / ROLLOUT_BUFFER_FILE
         held = {"next_batch": rollout.get("next_batch", self.step + 1), "ledger_lines": rollout.get("ledger_lines"),

@@ -119,6 +119,32 @@ def test_one_alert_per_episode_and_again_after_it_stayed_clear_for_rearm_steps()
     assert [len(monitor.check(step, values)) for step, values in enumerate(pattern, start=1)] == [1, 0, 0, 1, 0, 0, 1]
 
 
+
+def test_the_monitor_state_survives_a_json_round_trip_mid_run() -> None:
+    """A monitor restored from the checkpoint's JSON (state_dict / load_state_dict) checks the rest of a run as the
+    monitor that never stopped: same alerts, same thresholds; a fresh one re-raises and forgets."""
+    import json
+
+    cfg = HealthConfig(grad_norm_min_steps=3, zero_variance_steps=3, eval_divergence=0.05)
+    before = [{"actor/entropy": 0.01, "actor/grad_norm": 1.0, "response_length/clip_ratio": 0.1,
+               "rollout/zero_variance_group_fraction": 0.95, "reward/mean": 0.2, "eval/reward/mean": 0.5},
+              {"actor/entropy": 0.01, "actor/grad_norm": 1.2, "rollout/zero_variance_group_fraction": 0.95},
+              {"actor/entropy": 0.01, "actor/grad_norm": 0.8}]
+    after = [{"actor/entropy": 0.01, "actor/grad_norm": 50.0, "response_length/clip_ratio": 0.6,
+              "rollout/zero_variance_group_fraction": 0.95, "reward/mean": 0.4, "eval/reward/mean": 0.3}]
+    whole = HealthMonitor(cfg)
+    for step, values in enumerate(before, start=1):
+        whole.check(step, values)
+    restored = HealthMonitor(cfg)
+    restored.load_state_dict(json.loads(json.dumps(whole.state_dict())))
+    assert restored.state_dict() == whole.state_dict()
+    expected = [("length_cap", "response_length/clip_ratio"), ("reward_up_eval_down", "eval/reward/mean"),
+                ("zero_variance", "rollout/zero_variance_group_fraction"), ("grad_spike", "actor/grad_norm")]
+    alerts = restored.check(4, after[0])
+    assert kinds(alerts) == kinds(whole.check(4, after[0])) == expected  # entropy stays raised at step 1 only
+    assert alerts[-1].threshold == pytest.approx(10 * 1.0)
+    assert kinds(HealthMonitor(cfg).check(4, after[0])) == [("entropy_collapse", "actor/entropy")]  # fresh: re-raised
+
 def test_off_switches() -> None:
     values = {"actor/entropy": 0.01, "actor/ppo_kl": 1.0}
     assert kinds(HealthMonitor(HealthConfig(disabled=["entropy_collapse"])).check(1, values)) == [

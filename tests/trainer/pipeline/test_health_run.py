@@ -3,6 +3,7 @@ step, metric, value and threshold (and the samples at the length cap); the demo'
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -131,3 +132,29 @@ def test_an_engine_logprob_gap_trips_logprob_mismatch_on_vllm(tmp_path: Path) ->
     alerts = [(e["data"]["kind"], e["data"]["metric"], e["data"]["value"], e["data"]["threshold"])
               for e in events(tmp_path, "alert")]
     assert gap > 1e-9 and alerts == [("logprob_mismatch", "rollout/logprob_diff_mean", gap, 1e-9)]
+
+
+def test_a_resumed_run_raises_the_alerts_of_the_uninterrupted_run(tmp_path: Path) -> None:
+    # the monitor's state travels in the checkpoint (trainer_state.json's "health"): cut at step 3 and resumed, the
+    # run neither raises again the entropy alert it raised at step 1 (armed 10 steps later, not at the fresh
+    # monitor's first check), nor forgets the gradient-norm window and the step-2 evaluation the later spike and
+    # reward-up-eval-down compare against; the uninterrupted run's alerts are the resumed one's, step for step
+    common = ("max_steps=6", "eval_steps=2", "save_steps=3", "health.entropy_min=100", "health.grad_norm_factor=1.0001",
+              "health.grad_norm_min_steps=1", "health.eval_divergence=0.01")
+    full_dir, cut_dir = tmp_path / "full", tmp_path / "cut"
+    assert run_local(load_cfg(full_dir, *common)) == 0
+    assert run_local(load_cfg(cut_dir, *common, "max_steps=3")) == 0
+    saved = json.loads((cut_dir / "checkpoints" / "step_3" / "trainer_state.json").read_text())["health"]
+    assert saved["checks"] == 3 and ["entropy_collapse", "actor/entropy", 3] in saved["last_trip"]  # tripped 1-3
+    assert run_local(load_cfg(cut_dir, *common, "resume_from_checkpoint=latest")) == 0
+
+    def alerts(output_dir: Path) -> list[tuple[int, str, str]]:
+        return [(e["step"], e["data"]["kind"], e["data"]["metric"]) for e in events(output_dir, "alert")]
+
+    full, resumed = alerts(full_dir), alerts(cut_dir)
+    assert [a for a in full if a[1] == "entropy_collapse"] == [(1, "entropy_collapse", "actor/entropy")]
+    after_cut = {kind for step, kind, _ in full if step > 3}
+    assert {"grad_spike", "reward_up_eval_down"} & after_cut, full  # the state the cut carries is used after it
+    assert resumed == full
+    thresholds = [e["data"]["threshold"] for e in events(cut_dir, "alert")]
+    assert thresholds == pytest.approx([e["data"]["threshold"] for e in events(full_dir, "alert")], rel=1e-5)

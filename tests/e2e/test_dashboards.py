@@ -351,6 +351,7 @@ def test_compare_adds_a_run_and_follows_both_live(page, web_user, tracking_stack
     page.click("#add-run button[type=submit]")
     expect(page).to_have_url(re.compile(rf"\?runs={first.pk},{second.pk}$"))
     expect(page.locator("#live-runs")).to_have_text("· 2 of 2 runs live")
+    page.click("#config-diff-details summary")  # collapsed under the runs: the charts come first
     expect(page.locator("#config-diff")).to_be_visible()
     expect(reward).to_have_attribute("data-points", "3")
     assert page.evaluate("(div) => div.data.map((t) => t.name)", reward.element_handle()) == [

@@ -4,7 +4,9 @@
 // side when sorted by step; agentic trajectories as a conversation, turn by turn, with their tokens (those
 // the loss does not train greyed) and rendered frames. Following the latest step asks again every few
 // seconds until the run is finished; a redraw keeps the samples already shown as they are (sections opened,
-// frames loaded) and the scroll position.
+// frames loaded) and the scroll position. Following pauses, on the step being read, as soon as the user opens a
+// section or scrolls (the next step would take what they read away), and says so with a control that resumes
+// it; unticking "follow" keeps the step being read too.
 import { errorText, escapeHtml, getJson, numberHtml } from "./live.js";
 import { HISTORY_PARAMS, openHistory, showHistory } from "./prompt_history.js";
 import { tokensHtml } from "./tokens.js";
@@ -22,6 +24,8 @@ let scrubTimer = null;
 let loading = 0;
 let shownAnswer = ""; // the URL and answer on screen: the same again draws nothing
 let runFinished = false;
+let shownStep = null; // the step of the samples on screen (following: the latest)
+let paused = null; // why following the latest step is paused (the user opened a section, scrolled), or null
 
 // --- the view <-> the URL ------------------------------------------------------------------------------
 
@@ -30,6 +34,7 @@ function viewFromUrl() {
   for (const name of FILTERS) form.elements[name].value = params.get(name) ?? (name === "sort" ? "step" : "");
   form.elements.colour.value = params.get("colour") || "logprob";
   exactStep = params.has("step") ? Number(params.get("step")) : null;
+  paused = null;
   form.elements.latest.checked = params.get("latest") !== "0" && !params.has("step_min") && !params.has("step_max")
     && exactStep === null;
   return Math.max(1, Number(params.get("page")) || 1);
@@ -60,6 +65,42 @@ function rangeSteps() {
 
 function currentPage() {
   return Math.max(1, Number(new URLSearchParams(window.location.search).get("page")) || 1);
+}
+
+// --- following the latest step, and pausing it while the user reads -------------------------------------
+
+function following() {
+  const view = new URLSearchParams(window.location.search);
+  return form.elements.latest.checked && paused === null && exactStep === null && !view.has("step_min")
+    && !view.has("step_max");
+}
+
+// The view stays on the step on screen (`step` in the URL) until the user resumes; the page still asks, so it
+// can say how many newer steps wait.
+function pauseFollowing(reason) {
+  if (runFinished || shownStep === null || !following()) return;
+  paused = reason;
+  exactStep = shownStep;
+  const params = viewParams(currentPage());
+  window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
+  showPaused();
+}
+
+function showPaused() {
+  const box = document.getElementById("follow-paused");
+  box.hidden = paused === null;
+  if (paused === null) return;
+  const newer = steps.filter((s) => s > exactStep).length;
+  document.getElementById("follow-paused-text").textContent = `Following the latest step is paused at step ${exactStep}`
+    + ` while you read it (${paused})${newer ? ` · ${newer} newer step${newer === 1 ? "" : "s"}` : ""}.`;
+}
+
+function resumeFollowing() {
+  paused = null;
+  exactStep = null;
+  form.elements.latest.checked = true;
+  showPaused();
+  go(1, { replace: true });
 }
 
 function go(page, { replace = false } = {}) {
@@ -163,13 +204,16 @@ function render(data, page) {
 }
 
 function summarise(data) {
-  const latest = form.elements.latest.checked && !form.elements.step_min.value && !form.elements.step_max.value;
+  const latest = form.elements.latest.checked && paused === null && exactStep === null && !form.elements.step_min.value
+    && !form.elements.step_max.value;
   const lo = form.elements.step_min.value;
   const hi = form.elements.step_max.value;
   const shownStep = data.results[0]?.step;
   let where;
   if (latest) where = shownStep === undefined ? "at the latest step" : `at step ${shownStep}, the latest`;
-  else if (exactStep !== null) where = `at step ${exactStep}${lo || hi ? ` (of steps ${lo || "first"}–${hi || "last"})` : ""}`;
+  else if (exactStep !== null) {
+    where = `at step ${exactStep}${lo || hi ? ` (of steps ${lo || "first"}–${hi || "last"})` : ""}${paused ? " (following paused)" : ""}`;
+  }
   else if (lo && lo === hi) where = `at step ${lo}`;
   else if (lo || hi) where = `in steps ${lo || "first"}–${hi || "last"}`;
   else where = "in all steps";
@@ -252,12 +296,14 @@ async function load() {
     return;
   }
   runFinished = answer.data.run_finished === true;
+  shownStep = exactStep ?? answer.data.results[0]?.step ?? null;
   const seen = JSON.stringify([window.location.search, answer.data]);
   if (seen === shownAnswer) return; // nothing new: the page stays exactly as the user left it
   shownAnswer = seen;
   document.getElementById("rollout-error").textContent = "";
   showChoices(answer.data);
   showSteps(answer.data);
+  showPaused();
   render(answer.data, page);
 }
 
@@ -266,6 +312,8 @@ async function load() {
 form.addEventListener("submit", (event) => {
   event.preventDefault();
   exactStep = null; // the filters applied anew: the scrubber starts over on the whole range
+  paused = null;
+  showPaused();
   go(1);
 });
 form.elements.colour.addEventListener("change", () => go(currentPage(), { replace: true }));
@@ -275,9 +323,14 @@ form.elements.latest.addEventListener("change", () => {
     form.elements.step_min.value = "";
     form.elements.step_max.value = "";
     exactStep = null;
+  } else {
+    exactStep ??= shownStep; // unticked: the step being read stays, not the whole step range
   }
-  go(1);
+  paused = null;
+  showPaused();
+  go(exactStep === null ? 1 : currentPage());
 });
+document.getElementById("resume-follow").addEventListener("click", resumeFollowing);
 document.getElementById("prev").addEventListener("click", () => { if (currentPage() > 1) go(currentPage() - 1); });
 document.getElementById("next").addEventListener("click", () => { if (currentPage() < lastPage) go(currentPage() + 1); });
 
@@ -289,6 +342,8 @@ function scrubTo(index) {
   exactStep = inRange[at];
   scrubber.value = String(at);
   form.elements.latest.checked = false;
+  paused = null;
+  showPaused();
   showStepLabel(at, inRange);
   clearTimeout(scrubTimer);
   scrubTimer = setTimeout(() => go(1, { replace: true }), 150);
@@ -300,7 +355,25 @@ document.getElementById("step-next").addEventListener("click", () => scrubTo(Num
 document.getElementById("groups").addEventListener("click", (event) => {
   const button = event.target.closest?.("button.history-open");
   if (button) openHistory(button.dataset.prompt);
+  const summary = event.target.closest?.("summary");
+  if (summary && !summary.parentElement.open) pauseFollowing("you opened a section");
 });
+
+// The user's own scrolling (wheel, touch, keys, the scroll bar dragged), never the page's: a redraw puts the
+// scroll position back, which must not pause anything.
+const SCROLL_KEYS = new Set(["ArrowDown", "ArrowUp", "PageDown", "PageUp", "Home", "End", " "]);
+let pointerDown = false;
+function userScrolled() {
+  setTimeout(() => { if (window.scrollY > 0) pauseFollowing("you scrolled"); }, 150);
+}
+window.addEventListener("wheel", userScrolled, { passive: true });
+window.addEventListener("touchmove", userScrolled, { passive: true });
+window.addEventListener("keydown", (event) => {
+  if (SCROLL_KEYS.has(event.key) && !event.target.closest?.("input, select, textarea, button, summary")) userScrolled();
+});
+document.addEventListener("mousedown", () => { pointerDown = true; });
+document.addEventListener("mouseup", () => { pointerDown = false; });
+window.addEventListener("scroll", () => { if (pointerDown) userScrolled(); }, { passive: true });
 
 document.getElementById("groups").addEventListener("toggle", async (event) => {
   const details = event.target;
@@ -319,5 +392,6 @@ window.addEventListener("popstate", () => {
 viewFromUrl();
 load();
 showHistory();
-// Following the latest step of a run still going: ask again; a finished run has nothing new to show.
+// Following the latest step of a run still going: ask again (paused too: the newer steps are counted); a finished
+// run has nothing new to show.
 setInterval(() => { if (!runFinished && form.elements.latest.checked && currentPage() === 1) load(); }, 3000);

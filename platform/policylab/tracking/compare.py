@@ -23,6 +23,22 @@ def config_diff(flat_configs: Sequence[Mapping[str, Any]]) -> list[tuple[str, li
     return rows
 
 
+def split_none_against_absent(
+    rows: Sequence[tuple[str, list[Any]]],
+) -> tuple[list[tuple[str, list[Any]]], list[str]]:
+    """config_diff's rows parted into real differences and the keys that differ only as None in some
+    configs against no key at all in the others: the same setting (unset) spelled two ways, which the
+    model dumps of two config shapes yield by the hundred. Compare counts and lists only the first."""
+    differ: list[tuple[str, list[Any]]] = []
+    unset: list[str] = []
+    for key, values in rows:
+        if all(v is None or v is MISSING for v in values):
+            unset.append(key)
+        else:
+            differ.append((key, values))
+    return differ, unset
+
+
 _DIGEST = re.compile(r"^[0-9a-f]{40,64}$")
 
 

@@ -18,7 +18,7 @@ from policylab.experiments.selectors import runs_for
 from policylab.ids import parse_id
 from policylab.redaction import shown_config
 from policylab.tracking import selectors
-from policylab.tracking.compare import config_diff, environment_diff
+from policylab.tracking.compare import config_diff, environment_diff, split_none_against_absent
 from policylab.tracking.panels import ASYNC_CHARTS, ASYNC_PREFIX
 from policylab.tracking.services import csv_lines, history_csv_rows
 
@@ -162,6 +162,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     runs.sort(key=lambda r: ids.index(r.pk))
     configs = [shown_config(effective_config(r.experiment.config, r.overrides)) for r in runs]
     candidates = selectors.history_runs(request.user).exclude(pk__in=ids)[:MAX_COMPARE_CHOICES]
+    diff, unset = split_none_against_absent(config_diff(configs) if len(configs) > 1 else [])
     return render(
         request,
         "tracking/compare.html",
@@ -169,7 +170,8 @@ def compare(request: HttpRequest) -> HttpResponse:
             "runs": runs,
             "run_ids": [r.pk for r in runs],
             "missing": sorted(set(ids) - {r.pk for r in runs}),
-            "diff": config_diff(configs) if len(configs) > 1 else [],
+            "diff": diff,
+            "unset_keys": unset,
             "environment_diff": environment_diff(selectors.latest_fingerprints(runs)) if len(runs) > 1 else [],
             "candidates": candidates,
             "full": len(ids) >= MAX_COMPARED,

@@ -1458,7 +1458,8 @@ LORA_KNOBS = ("lora_rank", "lora_alpha", "lora_dropout", "additional_target", "a
 def _check_lora(config: PipelineConfig) -> list[ConfigIssue]:
     """LoRA is ROLL's: on when a training role's lora_target is set (trainer.models.lora). Its other knobs act only
     with it; actor_infer serves the policy actor_train trains (merged), so it may repeat actor_train's settings, as
-    ROLL's examples do, but not differ; the reference is the frozen base model and takes none."""
+    ROLL's examples do, but not differ; a knob at its default there says nothing (merged weights need no LoRA on
+    actor_infer: a stored config lists every default); the reference is the frozen base model and takes none."""
     issues = []
     for role in TRAINING_ROLES:
         worker = getattr(config, role)
@@ -1474,7 +1475,8 @@ def _check_lora(config: PipelineConfig) -> list[ConfigIssue]:
                                  "names (e.g. q_proj,v_proj), all, or a regex"))
     train_args, infer_args = config.actor_train.model_args, config.actor_infer.model_args
     for knob in ("lora_target", *LORA_KNOBS):
-        if knob in infer_args.model_fields_set and getattr(infer_args, knob) != getattr(train_args, knob):
+        if (knob in infer_args.model_fields_set and getattr(infer_args, knob) != getattr(train_args, knob)
+                and getattr(infer_args, knob) != type(infer_args).model_fields[knob].default):
             issues.append(_error(f"actor_infer.model_args.{knob}", f"= {getattr(infer_args, knob)!r} differs from "
                                  f"actor_train's {getattr(train_args, knob)!r}: the engine serves the policy actor_train "
                                  "trains (LoRA merged into its weights); repeat actor_train's value or remove it: override "

@@ -60,3 +60,20 @@ def test_the_critic_takes_lora_and_the_reference_warns() -> None:
     result = validate_config(changed({**LORA, "reference.model_args.lora_target": "all"}))
     assert result.ok and any(w.path == "reference.model_args.lora_target" and "no effect" in w.message
                              for w in result.warnings)
+
+
+def test_lora_on_actor_train_alone_over_a_stored_config_is_accepted() -> None:
+    """Issue 46 item 5: the platform stores a config with every default written out, so actor_infer "sets"
+    lora_target: null and lora_dropout: 0.0; LoRA launched on actor_train alone was refused ("repeat actor_train's
+    value or remove it") about those. The engine serves the merged weights: nothing is needed on actor_infer."""
+    stored = validate_config(changed({})).config.model_dump(mode="json")
+    assert "lora_target" in stored["actor_infer"]["model_args"]  # written out, never set by the user
+    result = validate_config(stored, ["actor_train.model_args.lora_target=all", "actor_train.model_args.lora_rank=16",
+                                      "actor_train.model_args.lora_alpha=32", "actor_train.model_args.lora_dropout=0.05",
+                                      "actor_train.model_args.autocast_adapter_dtype=false"])
+    assert [(i.path, i.message) for i in result.errors] == []
+    assert result.config.actor_train.model_args.lora_rank == 16
+    # a value the user did set on actor_infer, and that differs, is still named
+    assert "differs from actor_train's 'all'" in errors({"actor_train.model_args.lora_target": "all",
+                                                          "actor_infer.model_args.lora_target": "q_proj"})[
+        "actor_infer.model_args.lora_target"]

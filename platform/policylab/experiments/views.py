@@ -178,9 +178,19 @@ def editor_check(request: HttpRequest) -> JsonResponse:
     return JsonResponse(payload)
 
 
+def refused_launch_key(experiment_pk: int) -> str:
+    return f"refused-launch-{experiment_pk}"
+
+
 @login_required
 def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """The experiment page; once after a refused launch (POST-redirect-GET: the launch's POST left them in the
+    session), its form as the user left it."""
     experiment = get_object_or_404(selectors.experiments_for(request.user), pk=pk)
+    refused = request.session.pop(refused_launch_key(experiment.pk), None)
+    if isinstance(refused, dict):
+        return render_experiment(request, experiment, overrides=str(refused.get("overrides", "")),
+                                 launch_errors=refused.get("errors") or [])
     return render_experiment(request, experiment)
 
 
@@ -212,7 +222,10 @@ def experiment_launch(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         run = services.launch_run(experiment, request.user, overrides)
     except services.ValidationFailed as exc:  # an invalid override, or a quota of the deployment
-        return render_experiment(request, experiment, overrides=text, launch_errors=exc.errors)
+        # POST-redirect-GET: the page shows the overrides and the reasons once; a reload does not resubmit
+        request.session[refused_launch_key(experiment.pk)] = {
+            "overrides": text, "errors": [{"path": issue.path, "message": issue.message} for issue in exc.errors]}
+        return redirect(f"{reverse('experiments:experiment_detail', args=[experiment.pk])}#launch-form")
     return redirect(run_page_url(run))
 
 

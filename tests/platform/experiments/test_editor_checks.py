@@ -74,8 +74,10 @@ def test_the_editor_check_runs_the_launchs_preflight(browser, fresh_form, settin
 def test_a_refused_launch_keeps_the_overrides_and_says_why_at_the_form(browser, alice, team_a, make_experiment) -> None:
     experiment = make_experiment(alice, team_a)
     typed = "max_steps=0\nrollout_batch_sise=8"
-    answer = browser.post(f"/experiments/{experiment.pk}/launch/", {"overrides": typed})
+    answer = browser.post(f"/experiments/{experiment.pk}/launch/", {"overrides": typed}, follow=True)
     html = answer.content.decode()
+    # POST-redirect-GET (issue 46): the page is a GET, so a reload does not offer to resubmit the launch
+    assert answer.redirect_chain == [(f"/experiments/{experiment.pk}/#launch-form", 302)]
     assert answer.status_code == 200 and not Run.objects.exists()
     form = re.search(r'<form [^>]*id="launch-form".*?</form>', html, flags=re.S).group(0)
     assert re.search(r"<details open>", form)  # the Overrides section stays open
@@ -83,3 +85,5 @@ def test_a_refused_launch_keeps_the_overrides_and_says_why_at_the_form(browser, 
     errors = re.search(r'<div id="launch-errors".*?</div>', form, flags=re.S).group(0)
     assert "max_steps: " in errors and "rollout_batch_sise" in errors and "rollout_batch_size" in errors
     assert 'class="messages"' not in html  # no banner at the top of the page
+    again = browser.get(f"/experiments/{experiment.pk}/").content.decode()  # shown once, not on every visit
+    assert 'id="launch-errors"' not in again and "rollout_batch_sise" not in again

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Set up everything the tests need (idempotent), then run lint and the whole test suite.
-#   bash scripts/test.sh               # everything CI runs
-#   bash scripts/test.sh tests/trainer # any pytest arguments narrow the run
+# Set up everything the tests need (idempotent), then run lint and the test suite.
+#   bash scripts/test.sh               # everything CI runs (tests marked `slow` deselected: ~45 min on 2 cores)
+#   bash scripts/test.sh --slow        # the same plus the `slow` tests (the 2-step corpus smoke, example launches, …)
+#   bash scripts/test.sh tests/trainer # any pytest arguments narrow the run (slow tests included)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --tests
 . .venv/bin/activate
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
+
+# CI's pass leaves out the long tail (`-m "not slow"`); `--slow` (or POLICYLAB_TEST_SLOW=1) keeps it.
+marker=(-m "not slow")
+if [ "${1:-}" = "--slow" ]; then shift; marker=(); fi
+[ "${POLICYLAB_TEST_SLOW:-0}" = 1 ] && marker=()
+[ $# = 0 ] || marker=()
 
 echo "[test] ruff"
 ruff check .
@@ -14,9 +21,9 @@ ruff check .
 echo "[test] mypy (the packages [tool.mypy] in pyproject.toml lists)"
 mypy
 
-echo "[test] pytest (SQLite)"
+echo "[test] pytest (SQLite)${marker:+, slow tests deselected}"
 set +e
-python -m pytest "$@"
+python -m pytest --durations=30 "${marker[@]}" "$@"
 status=$?
 set -e
 [ "$status" = 5 ] && { echo "pytest collected no tests" >&2; exit 1; }

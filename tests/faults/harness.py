@@ -503,7 +503,10 @@ def run_fault(stack: Stack, client: Client, experiment_id: int, fault: Fault, rn
         token = supervisor_token(stack, run_id)
         return state["current_step"] > at_fault and token is not None and not (fault.takes_over and token == holder)
 
-    wait_for(recovered, 300, f"run {run_id} to make progress again after: {row.action}", interval=0.2)
+    try:
+        wait_for(recovered, 300, f"run {run_id} to make progress again after: {row.action}", interval=0.2)
+    except FaultError as exc:  # CI's log is all the next engineer gets: say where the run stood
+        raise FaultError(f"{exc}\n{diagnosis(stack, client, run_id)}") from None
     row.recover_s = time.monotonic() - injected
     observe("recovered", stack, run_id)
     final = wait_for(lambda: (s := current(client, run_id)) and s["status"] in TERMINAL and s, 400,
@@ -521,6 +524,30 @@ def run_fault(stack: Stack, client: Client, experiment_id: int, fault: Fault, rn
     for attempt in row.attempts[:-1]:  # why each retry was needed, in CI's log (the table keeps the counts)
         log(f"[faults]   attempt {attempt['number']} {attempt['status']}: {attempt['message'][-400:]}")
     return row
+
+
+def diagnosis(stack: Stack, client: Client, run_id: int, lines: int = 25) -> str:
+    """Where a run that did not recover stands: the API's view of it (attempts, stalls), the supervisor
+    lock, the stack's stopped processes, and the last lines of the run's and the services' logs."""
+    state = current(client, run_id) or {}
+    out = [f"run {run_id}: status {state.get('status')!r}, step {state.get('current_step')}, "
+           f"supervisor lock {'held' if supervisor_token(stack, run_id) else 'free'}"]
+    out += [f"  attempt {a['number']} {a['status']}: {str(a.get('message', ''))[-300:]}"
+            for a in state.get("attempts", [])]
+    out += [f"  stall (attempt {s.get('attempt')}): {s.get('state')} {s.get('summary', '')[:300]}"
+            for s in state.get("stalls", [])]
+    stopped = []
+    for pid, argv in stack.processes().items():
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                stopped.append(f"{pid} {' '.join(argv)[:120]}")
+    out.append(f"  stopped processes: {stopped or 'none'}")
+    run_dir = stack.runs_dir / f"run-{run_id}"
+    for path in sorted([*run_dir.glob("*.log"), *stack.logs_dir.glob("*.log")]):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        out.append(f"--- {path.name} (last {len(tail)} lines)")
+        out += [f"  {line[:300]}" for line in tail]
+    return "\n".join(out)
 
 
 def describe(row: Row, final: dict) -> str:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 STALLS_DIR = "stalls"  # in the run directory: one text file per stall, its summary and stacks
 STACK_BYTES = 64_000  # per process: a stack dump of a few hundred threads still fits
+CLOSE_BEFORE_EXIT_S = 15.0  # the longest a stalled attempt spends closing its event sinks before it exits
 
 
 class Stalled(BaseException):
@@ -348,7 +349,11 @@ def end_attempt(watchdog: Watchdog, interrupt: RunThreadInterrupt, stall: Stall,
             return
         print(f"training failed: Stalled: {message} (the run's thread did not stop within {grace_s:g} s)",
               file=sys.stderr, flush=True)
-        before_exit()
+        # The stalled thread may hold a lock `before_exit` needs (an exception raised into it can leave one
+        # taken): closing gets a bounded time of its own, and the process leaves whether or not it finished.
+        closing = threading.Thread(target=before_exit, name="watchdog-close", daemon=True)
+        closing.start()
+        closing.join(CLOSE_BEFORE_EXIT_S)
         os._exit(exit_code)
 
     threading.Thread(target=last_resort, name="watchdog-exit", daemon=True).start()

@@ -278,3 +278,34 @@ def test_the_stack_dump_opens_with_the_waiting_ranks_frames_not_rays_idle_thread
     text = capture_stacks([Waiting("actor_infer", "generate", (0,), (None,))], driver_thread="MainThread")
     assert text.index("== actor_infer rank 0 in generate") < text.index("== driver")
     assert text.split("== driver", 1)[1].split("\n")[1] == "-- thread MainThread"  # the phase's thread first
+
+
+STUCK_CLOSE = """
+import sys, threading, time
+from types import SimpleNamespace
+import trainer.pipeline.watchdog as wd
+
+wd.CLOSE_BEFORE_EXIT_S = 0.5
+held = threading.Lock()
+held.acquire()  # what the stalled thread took and never gives back
+watchdog = SimpleNamespace(stop_event=threading.Event(), still_stalled=lambda stall: True)
+interrupt = SimpleNamespace(raise_in_run=lambda message, retry: None)  # the run's thread never returns to Python
+stall = SimpleNamespace(summary=lambda: "phase generate has run 5.1 s, past its bound of 5.0 s")
+wd.end_attempt(watchdog, interrupt, stall, retry=True, grace_s=0.2, exit_code=75, before_exit=held.acquire)
+time.sleep(60)
+sys.exit(0)
+"""
+
+
+def test_a_stalled_attempt_exits_even_when_closing_its_sinks_hangs() -> None:
+    """The last resort leaves the process with the retry exit code although `before_exit` blocks on a lock
+    the stalled thread holds: without the bound, the attempt hangs and the platform never starts the next."""
+    import subprocess
+    import sys
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", STUCK_CLOSE], capture_output=True, text=True, timeout=50,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 75, done.stderr[-2000:]
+    assert "the run's thread did not stop within 0.2 s" in done.stderr
+    assert time.monotonic() - started < 30

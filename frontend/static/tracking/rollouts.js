@@ -51,7 +51,7 @@ function viewParams(page) {
   if (exactStep !== null) params.set("step", String(exactStep));
   if (page > 1) params.set("page", String(page));
   const current = new URLSearchParams(window.location.search); // the prompt history panel's own state stays
-  for (const name of HISTORY_PARAMS) if (current.has(name)) params.set(name, current.get(name));
+  for (const name of [...HISTORY_PARAMS, "flagged"]) if (current.has(name)) params.set(name, current.get(name));
   return params;
 }
 
@@ -152,7 +152,8 @@ function sampleHtml(s, mode, withStep) {
       <b class="${s.success ? "ok" : "bad"}">${s.success ? "solved" : "not solved"}</b>`
     : "";
   const where = withStep ? `step ${s.step} · group ${s.group_id} · ` : "";
-  return `<div class="rollout sample${s.turns ? " trajectory" : ""}" data-id="${s.id}" data-key="${s.id} ${mode} ${withStep}" data-reward="${s.reward ?? ""}">
+  return `<div class="rollout sample${s.turns ? " trajectory" : ""}" data-id="${s.id}" data-key="${s.id} ${mode} ${withStep}" data-reward="${s.reward ?? ""}"
+    data-sample="${s.step}.${s.group_id}.${s.sample_index}">
     <div class="meta">${where}#${s.sample_index} · reward <b>${numberHtml(s.reward)}</b> · advantage <b>${numberHtml(s.advantage)}</b> ·
       ${s.response_length} tokens · ${stopHtml(s)}${agentic}</div>
     ${s.turns ? trajectoryHtml(s, mode) : tokensHtml(s, mode)}</div>`;
@@ -198,9 +199,33 @@ function render(data, page) {
   const { scrollX, scrollY } = window;
   box.replaceChildren(fresh.content);
   window.scrollTo(scrollX, scrollY);
+  markFlagged();
   lastPage = Math.max(1, Math.ceil(data.count / PAGE_SIZE));
   document.getElementById("page-label").textContent = `page ${page} of ${lastPage}`;
   summarise(data);
+}
+
+// The samples a health alert flagged (the run page's alert link: `flagged` = step.group.index, …): outlined, and the
+// first scrolled into view once, when the page opens.
+let flaggedScrolled = false;
+function markFlagged() {
+  const flagged = new Set((new URLSearchParams(window.location.search).get("flagged") || "").split(",").filter(Boolean));
+  const marked = [...document.querySelectorAll("#groups .sample")].filter((el) => {
+    el.classList.toggle("flagged", flagged.has(el.dataset.sample));
+    return flagged.has(el.dataset.sample);
+  });
+  let note = document.getElementById("flagged-note");
+  if (!note) {
+    note = Object.assign(document.createElement("p"), { id: "flagged-note", className: "meta flagged-note" });
+    document.getElementById("groups").before(note);
+  }
+  note.hidden = !flagged.size;
+  note.textContent = flagged.size ? `The health alert flagged ${flagged.size} sample${flagged.size === 1 ? "" : "s"}: `
+    + `${marked.length} on this page, outlined.` : "";
+  if (marked.length && !flaggedScrolled) {
+    flaggedScrolled = true;
+    marked[0].scrollIntoView({ block: "center" });
+  }
 }
 
 function summarise(data) {

@@ -729,13 +729,30 @@ def run_stalls(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
+INSPECTOR_PAGE_SIZE = 50  # samples per inspector page (frontend/static/tracking/rollouts.js's PAGE_SIZE)
+
+
+def alert_inspector_url(run: Run, alert: RunAlert) -> str:
+    """The rollout inspector at the alert's step; for an alert that names samples, with them `flagged` (step.group.
+    index, highlighted and scrolled into view there) and on the page (in the step's group order) that holds the
+    first of them."""
+    url = f"{reverse('tracking:rollouts', args=[run.pk])}?step_min={alert.step}&step_max={alert.step}&step={alert.step}&latest=0"
+    if not alert.samples:
+        return url
+    first = min((s["group_id"], s["sample_index"]) for s in alert.samples)
+    before = RolloutSample.objects.filter(run=run, step=alert.step).filter(
+        Q(group_id__lt=first[0]) | Q(group_id=first[0], sample_index__lt=first[1])).count()
+    flagged = ",".join(f"{alert.step}.{s['group_id']}.{s['sample_index']}" for s in alert.samples)
+    page = before // INSPECTOR_PAGE_SIZE + 1
+    return f"{url}&flagged={flagged}" + (f"&page={page}" if page > 1 else "")
+
+
 def run_alerts(run: Run) -> list[dict[str, Any]]:
-    """The run's health alerts (RunAlert), newest first, each with the inspector's address at its step."""
-    inspector = reverse("tracking:rollouts", args=[run.pk])
+    """The run's health alerts (RunAlert), newest first, each with the inspector's address at its step and samples
+    (alert_inspector_url)."""
     return [{"attempt": a.attempt, "seq": a.seq, "step": a.step, "time": a.time, "kind": a.kind, "metric": a.metric,
              "value": a.value, "threshold": a.threshold, "message": shown_text(a.message, run.run_dir),
-             "samples": a.samples,
-             "inspector_url": f"{inspector}?step_min={a.step}&step_max={a.step}&step={a.step}&latest=0"}
+             "samples": a.samples, "inspector_url": alert_inspector_url(run, a)}
             for a in RunAlert.objects.filter(run=run).order_by("-seq")]
 
 

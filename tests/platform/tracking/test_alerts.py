@@ -64,7 +64,9 @@ def test_api_and_run_page_show_alerts_to_the_team_only(make_run, user, other_use
                                                                        pytest.approx(2 / 3), 0.5)
     assert length["samples"][0] == {"group_id": 3, "sample_index": 0}
     inspector = reverse("tracking:rollouts", args=[run.pk])
-    assert length["inspector_url"] == f"{inspector}?step_min=4&step_max=4&step=4&latest=0"
+    # no samples of step 4 were logged: the first page, the alert's samples flagged (step.group.index)
+    assert length["inspector_url"] == f"{inspector}?step_min=4&step_max=4&step=4&latest=0&flagged=4.3.0,4.5.2"
+    assert listed[2]["inspector_url"] == f"{inspector}?step_min=4&step_max=4&step=4&latest=0"  # entropy: no samples
     detail = client_of(user).get(reverse("api:run-detail", args=[run.pk])).json()
     assert detail["alerts"] == listed
     page = client_of(user).get(reverse("tracking:run_detail", args=[run.pk])).content.decode()
@@ -75,6 +77,29 @@ def test_api_and_run_page_show_alerts_to_the_team_only(make_run, user, other_use
     stranger = client_of(other_user)
     assert stranger.get(reverse("tracking:api-alerts", args=[run.pk])).status_code == 404
     assert stranger.get(reverse("api:run-detail", args=[run.pk])).status_code == 404
+
+
+@pytest.mark.parametrize(("groups", "capped", "page"), [(4, [(3, 0)], 1), (16, [(9, 1), (9, 4)], 2)])
+def test_the_inspector_link_opens_the_page_holding_the_first_flagged_sample(
+        make_run, user, groups: int, capped: list[tuple[int, int]], page: int) -> None:
+    # groups x 8 samples logged at step 4, shown in the inspector's order (step, group, sample) 50 a page: 24 samples
+    # come before (3, 0) (page 1), 73 before (9, 1) (page 2)
+    run = make_run(user=user)
+    samples = [{"prompt": f"copy {g}", "response": "abc", "reward": 0.5, "advantage": 0.0, "prompt_length": 2,
+                "response_length": 3, "stop_reason": "length" if (g, i) in capped else "eos", "group_id": g,
+                "sample_index": i} for g in range(groups) for i in range(8)]
+    ingest_events([event("rollouts", run.pk, 1, 4, {"samples": samples})], publish=False)
+    monitor = HealthMonitor(HealthConfig())
+    monitor.check(1, {"response_length/clip_ratio": 0.0})
+    facts = [SampleFacts(s["group_id"], s["sample_index"], s["stop_reason"], [1]) for s in samples]
+    (alert,) = monitor.check(4, {"response_length/clip_ratio": 0.6}, facts)
+    ingest_events([ev.make_event("alert", run_id=str(run.pk), attempt=1, seq=2, step=4, data=ev.alert_data(alert.data()),
+                                 time=1_763_800_000.0).to_dict()], publish=False)
+    (listed,) = client_of(user).get(reverse("tracking:api-alerts", args=[run.pk])).json()
+    flagged = ",".join(f"4.{g}.{i}" for g, i in capped)
+    inspector = reverse("tracking:rollouts", args=[run.pk])
+    assert listed["inspector_url"] == (f"{inspector}?step_min=4&step_max=4&step=4&latest=0&flagged={flagged}"
+                                       + ("&page=2" if page == 2 else ""))
 
 
 def test_a_run_without_alerts_hides_the_section(make_run, user) -> None:

@@ -81,3 +81,46 @@ def test_a_refused_launch_redirects_so_a_reload_does_not_resubmit(signed_in, liv
     expect(page.locator("#launch-form")).to_be_visible()
     expect(page.locator("#launch-errors")).to_have_count(0)  # a plain GET: nothing resubmitted, nothing kept
     assert not Run.objects.exists()
+
+
+def test_the_shipped_verl_example_saves_and_launches_from_the_editor_as_it_is(
+        signed_in, live_server, web_user, queued) -> None:
+    """Item 6: its data paths were outside the folders runs may read (saving refused); and "Would stop the launch"
+    sat over the machine check's findings, which do not stop it (the launch went ahead, the run failed later)."""
+    import re
+
+    from playwright.sync_api import expect
+
+    from policylab.experiments.models import Experiment, Run
+
+    page = signed_in
+    page.goto(f"{live_server.url}/projects/{web_user.project.pk}/experiments/new/")
+    expect(page.locator("#check-state")).to_have_text("valid")
+    page.fill("#exp-name", "verl as shipped")
+    page.click("[data-tab=yaml]")
+    expect(page.locator("#config-yaml")).to_be_visible()  # the tab has taken the form's YAML
+    page.set_input_files("#config-file", str(VERL))
+    expect(page.locator("#source-format-detected")).to_have_text("verl")
+    expect(page.locator("#check-state")).to_contain_text("valid")  # no error: the shipped data is readable
+    expect(page.locator("#all-errors li")).to_have_count(0)
+    expect(page.locator("#preflight-findings")).to_contain_text("needs 8 CUDA device(s)")
+    expect(page.locator("#preflight-heading")).to_contain_text("Would fail the run once it starts")
+    expect(page.locator("#errors-heading")).to_be_hidden()
+    expect(page.locator("text=Would stop the launch >> visible=true")).to_have_count(0)  # over nothing that does not
+
+    page.click("#save")
+    page.wait_for_url(re.compile(r"/experiments/\d+/$"))
+    experiment = Experiment.objects.get(name="verl as shipped")
+    assert experiment.source_format == "verl" and experiment.config["exp_name"] == "qwen2.5_3b_grpo"
+    assert experiment.config["actor_train"]["data_args"]["file_name"] == "examples/data/gsm8k/train.parquet"
+    page.click("#launch")
+    page.wait_for_url(re.compile(r"/runs/\d+/$"))
+    [run] = Run.objects.filter(experiment=experiment)
+    assert queued == [run.pk]
+
+    # an error does stop the launch: that is what the heading sits over
+    page.goto(f"{live_server.url}/projects/{web_user.project.pk}/experiments/new/")
+    page.fill("[name=rollout_batch_size]", "0")
+    expect(page.locator("#errors-heading")).to_be_visible()
+    expect(page.locator("#errors-heading")).to_have_text("Would stop the launch")
+    expect(page.locator("#errors-heading + #all-errors")).to_contain_text("rollout_batch_size")

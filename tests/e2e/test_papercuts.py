@@ -133,8 +133,6 @@ def test_the_editor_check_of_the_shipped_verl_example_reports_the_preflight(
 ) -> None:
     from playwright.sync_api import expect
 
-    # a deployment whose read roots hold the example's model and data folders: the config itself is valid
-    settings.POLICYLAB_READ_ROOTS = [*settings.POLICYLAB_READ_ROOTS, "/models", str(REPO_ROOT / "data")]
     page = signed_in
     page.goto(f"{live_server.url}/projects/{web_user.project.pk}/experiments/new/")
     expect(page.locator("#check-state")).to_have_text("valid")
@@ -144,7 +142,7 @@ def test_the_editor_check_of_the_shipped_verl_example_reports_the_preflight(
     findings = page.locator("#preflight-findings")
     expect(findings).to_be_visible()
     expect(findings).to_contain_text("actor_infer.device_mapping vllm needs 8 CUDA device(s)")
-    expect(findings).to_contain_text("actor_train.data_args.file_name './data/gsm8k/train.parquet' does not exist")
+    expect(findings).to_contain_text("actor_train.model_args.model_name_or_path 'Qwen/Qwen2.5-3B-Instruct' is neither")
     expect(page.locator("#preflight-where")).to_contain_text("the machine that runs the job may differ")
     expect(page.locator("#check-state")).to_contain_text("valid, but")
     expect(page.locator("#check-state")).to_contain_text("machine-check finding")

@@ -95,13 +95,17 @@ function showIssues(payload) {
     }
   }
   const list = (items) => items.map((i) => `<li><code>${escapeHtml(i.field)}</code> ${escapeHtml(i.message)}</li>`).join("");
+  // Only the config's errors stop the launch (the server refuses to save or launch it); the machine check's
+  // findings do not: the launch goes ahead, and the run fails when its trainer starts on such a machine.
+  document.getElementById("errors-heading").hidden = !payload.errors.length;
   document.getElementById("all-errors").innerHTML = list(payload.errors);
   document.getElementById("all-warnings").innerHTML = list(payload.warnings);
   // The launch's preflight (packages, CUDA devices, model and data paths), as warnings: the web server ran it.
   const findings = payload.preflight || [];
   document.getElementById("preflight").hidden = !findings.length;
   document.getElementById("preflight-count").textContent = `${findings.length} finding${findings.length === 1 ? "" : "s"}`;
-  document.getElementById("preflight-where").textContent = payload.preflight_where ? `Would stop the launch: ${payload.preflight_where}.` : "";
+  document.getElementById("preflight-where").textContent = payload.preflight_where
+    ? `Machine check (${payload.preflight_where}): the launch goes ahead, and the run stops when its trainer finds these.` : "";
   document.getElementById("preflight-findings").innerHTML = list(findings);
   const machine = findings.length ? `, but ${findings.length} machine-check finding${findings.length === 1 ? "" : "s"}` : "";
   document.getElementById("check-state").textContent = payload.ok ? `valid${machine}` : `${payload.errors.length} error(s)`;

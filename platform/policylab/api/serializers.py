@@ -3,6 +3,8 @@ config is validated by trainer.config (the single source of truth), not by a sec
 
 from __future__ import annotations
 
+import os
+
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -10,7 +12,7 @@ from rest_framework import serializers
 from policylab.accounts.models import ApiToken, Team, TeamSecret
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
-from policylab.redaction import shown_config, shown_config_text
+from policylab.redaction import path_in_run, shown_config, shown_config_text
 from policylab.tracking.selectors import attempt_records, run_alerts, run_profiles, run_stalls
 
 
@@ -49,15 +51,23 @@ class OverridesField(serializers.Field):
         return value
 
 
-@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string", "enum": ["latest"]}]})
+@extend_schema_field({"oneOf": [{"type": "integer", "description": "the checkpoint's id"},
+                                 {"type": "string", "description": '"latest", or the checkpoint\'s path relative to '
+                                  "the run directory (e.g. checkpoints/step_4)"}]})
 class CheckpointRefField(serializers.Field):
-    default_error_messages = {"invalid": 'expected a checkpoint id or "latest"'}
+    """A checkpoint of the run: its id, "latest", or its path relative to the run directory (`checkpoints/step_4`,
+    as a run's `resume_from` reads); never a server path."""
+
+    default_error_messages = {"invalid": 'expected a checkpoint id, "latest", or its path relative to the run '
+                                         '(e.g. checkpoints/step_4)'}
 
     def to_internal_value(self, data):
         if data == "latest" or (isinstance(data, int) and not isinstance(data, bool)):
             return data
         if isinstance(data, str) and data.isdigit():
             return int(data)
+        if isinstance(data, str) and data.strip() and not os.path.isabs(data) and len(data) <= 1000:
+            return data.strip()
         self.fail("invalid")
 
     def to_representation(self, value):
@@ -115,6 +125,20 @@ class RunAttemptSerializer(serializers.ModelSerializer):
         fields = ["number", "status", "ray_job_id", "started_at", "finished_at", "heartbeat_at", "message"]
 
 
+def shown_resume_from(run: Run) -> str:
+    """Run.resume_from as the API shows it: "" or "latest" as they are; a checkpoint path relative to the run
+    directory that holds it (this run's, or for a fork its parent's: `parent_run` says which), never a server path."""
+    value = run.resume_from or ""
+    if not os.path.isabs(value):
+        return value
+    holder = run.parent_run.run_dir if run.parent_run_id and run.parent_run_id != run.pk else run.run_dir
+    for root in (run.run_dir, holder):
+        shown = path_in_run(value, root)
+        if not os.path.isabs(shown) and not shown.startswith("<"):
+            return shown
+    return path_in_run(value, run.run_dir)
+
+
 class RunSerializer(serializers.ModelSerializer):
     experiment = serializers.PrimaryKeyRelatedField(read_only=True)
     experiment_name = serializers.CharField(source="experiment.name", read_only=True)
@@ -135,6 +159,7 @@ class RunSerializer(serializers.ModelSerializer):
     def to_representation(self, run: Run) -> dict:
         data = super().to_representation(run)
         data["overrides"] = [shown_config_text(str(o)) for o in data.get("overrides") or []]
+        data["resume_from"] = shown_resume_from(run)
         return data
 
     def get_dashboard_url(self, run: Run) -> str:

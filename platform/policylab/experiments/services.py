@@ -310,6 +310,18 @@ def describe(checkpoint) -> str:
     return f"checkpoint {checkpoint.pk} (step {checkpoint.step})"
 
 
+def checkpoint_at(run: Run, checkpoints, relative: str):
+    """The checkpoint of `run` at `relative`, a path relative to the run directory (what the API shows as
+    `resume_from`); an absolute path is refused (ValueError): the server's folders are not the caller's business."""
+    if os.path.isabs(relative):
+        raise ValueError(relative)
+    wanted = os.path.normpath(os.path.join(str(run.run_dir), relative))
+    for candidate in checkpoints:
+        if os.path.normpath(candidate.path) == wanted:
+            return candidate
+    raise checkpoints.model.DoesNotExist(relative)
+
+
 def resolve_checkpoint(run: Run, checkpoint: Any):
     """A resumable Checkpoint of `run` given its id or "latest" (its newest resumable one); raises
     ValidationFailed naming `checkpoint` when there is none, or when the one named was pruned by
@@ -322,9 +334,11 @@ def resolve_checkpoint(run: Run, checkpoint: Any):
             raise ValidationFailed([issue("checkpoint", f"run {run.pk} has no resumable checkpoint{gone}")])
         return resumable[0]
     try:
-        found = checkpoints.get(pk=int(checkpoint))
+        found = (checkpoints.get(pk=int(checkpoint)) if not isinstance(checkpoint, str) or checkpoint.isdigit()
+                 else checkpoint_at(run, checkpoints, checkpoint))
     except (TypeError, ValueError):
-        raise ValidationFailed([issue("checkpoint", f'expected a checkpoint id or "latest", got {checkpoint!r}')]) from None
+        raise ValidationFailed([issue("checkpoint", f'expected a checkpoint id, "latest", or its path relative to the '
+                                      f"run (e.g. checkpoints/step_4), got {checkpoint!r}")]) from None
     except checkpoints.model.DoesNotExist:
         raise ValidationFailed([issue("checkpoint", f"run {run.pk} has no checkpoint {checkpoint}")]) from None
     if not found.resumable:

@@ -244,3 +244,24 @@ def test_the_openapi_document_covers_every_api_endpoint():
 def test_a_project_is_created_in_the_tokens_team_when_none_is_named(api_alice, team_a):
     created = api_alice.post("/api/projects/", {"name": "default"}, format="json")
     assert created.status_code == 201 and created.json()["team"] == team_a.pk
+
+
+def test_resume_from_is_run_relative_in_answers_and_accepted_run_relative_in_requests(api_alice, run):
+    """Issue 46 item 7: the API answered `resume_from` with the server's absolute checkpoint path, and a request
+    could name a checkpoint only by id."""
+    ingest_events([saved(run, step, seq) for seq, step in enumerate((2, 4), start=1)], run_id=run.pk, publish=False)
+    run.status = RunStatus.FAILED
+    run.save()
+    fork = api_alice.post(f"/api/runs/{run.pk}/fork/", {"checkpoint": "checkpoints/step_2",
+                                                        "overrides": {"max_steps": 8}}, format="json")
+    assert fork.status_code == 201, fork.json()
+    child = fork.json()
+    assert child["parent_run"] == run.pk and child["resume_from"] == "checkpoints/step_2"  # in the parent's directory
+    assert child["parent_checkpoint"] == Checkpoint.objects.get(run=run, step=2).pk
+    for wrong in (str(run.run_dir / "checkpoints" / "step_4"), "checkpoints/step_3"):  # a server path; none there
+        answer = api_alice.post(f"/api/runs/{run.pk}/resume/", {"checkpoint": wrong}, format="json")
+        assert answer.status_code == 400 and answer.json()["errors"][0]["field"] == "checkpoint", wrong
+    resumed = api_alice.post(f"/api/runs/{run.pk}/resume/", {"checkpoint": "checkpoints/step_4"}, format="json")
+    assert resumed.status_code == 201 and resumed.json()["resume_from"] == "checkpoints/step_4"
+    detail = api_alice.get(f"/api/runs/{run.pk}/").json()
+    assert detail["resume_from"] == "checkpoints/step_4" and str(run.run_dir) not in str(detail)

@@ -124,3 +124,42 @@ def test_the_shipped_verl_example_saves_and_launches_from_the_editor_as_it_is(
     expect(page.locator("#errors-heading")).to_be_visible()
     expect(page.locator("#errors-heading")).to_have_text("Would stop the launch")
     expect(page.locator("#errors-heading + #all-errors")).to_contain_text("rollout_batch_size")
+
+
+def test_checkpoints_are_listed_newest_first_as_in_the_cli_and_the_fork_confirmation_reads_right(
+        page, web_user, tracking_stack) -> None:
+    """Item 7: the page listed checkpoints oldest first while the CLI and the API list them newest first; the fork
+    confirmation read "… and a new run in it start from the checkpoint at step 4 and trains steps 5 to 12"."""
+    from playwright.sync_api import expect
+
+    from policylab.experiments.models import RunStatus
+    from policylab.jobs.supervisor import Step, finish
+    from tests.e2e.test_run_control import make_run
+    from tests.platform.web_stack import emitter_for, ingested, off_the_browser_thread, sign_in
+
+    run = make_run(web_user, {"exp_name": "order", "max_steps": 12}, status=RunStatus.RUNNING)
+    emitter = emitter_for(run, tracking_stack, attempt=1)
+    for step in (2, 4, 6):
+        path = run.run_dir / "checkpoints" / f"step_{step}"
+        path.mkdir(parents=True)
+        emitter.status("running", step, total_steps=12, eta_s=10.0)
+        emitter.checkpoint(step, str(path), 1024, ["model"])
+    emitter.status("failed", 6, total_steps=12, message="RuntimeError: boom")
+    emitter.close()
+    ingested(run, emitter.seq)
+    off_the_browser_thread(lambda: finish(run, None, Step("finish", RunStatus.FAILED, RunStatus.FAILED, "boom")))
+
+    sign_in(page, tracking_stack, web_user.user)
+    page.goto(f"{tracking_stack.url}/runs/{run.pk}/")
+    expect(page.locator("#run-state")).to_have_text("failed")
+    rows = page.locator("#checkpoints tbody tr")
+    expect(rows).to_have_count(3)
+    assert rows.evaluate_all("(trs) => trs.map((tr) => Number(tr.dataset.step))") == [6, 4, 2]  # was [2, 4, 6]
+
+    page.click('#checkpoints tr[data-step="4"] button[data-fork]')
+    page.fill("#fork-form textarea", "max_steps=12\nactor_train.training_args.learning_rate=1e-3")
+    page.click("#fork-form button[type=submit]")
+    expect(page.locator("#confirm-text")).to_have_text(
+        f"A new experiment (run {run.pk}'s config with 2 overrides) and a new run in it start from the checkpoint at "
+        f"step 4. The new run trains steps 5 to 12. Run {run.pk} stays as it is.")
+    page.click("#confirm-no")

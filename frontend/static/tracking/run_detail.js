@@ -160,7 +160,7 @@ function checkpointActions(c) {
 
 function renderCheckpoints() {
   const body = document.querySelector("#checkpoints tbody");
-  const rows = [...checkpoints.values()].sort((a, b) => a.step - b.step);
+  const rows = [...checkpoints.values()].sort((a, b) => b.step - a.step); // newest first, as the CLI and API list them
   body.innerHTML = rows
     .map(
       (c) => `<tr data-step="${c.step}" class="${c.on_disk ? "" : "checkpoint-gone"}"><td>${c.step}</td><td>${formatBytes(c.size_bytes)}</td>
@@ -361,8 +361,9 @@ document.getElementById("fork-form").addEventListener("submit", async (event) =>
   const step = Number(form.querySelector("[data-fork-step]").textContent);
   const overrides = forkOverrides(form);
   const maxSteps = overrides.map((line) => line.match(/^max_steps\s*=\s*(\d+)$/)).filter(Boolean).at(-1)?.[1];
-  const trains = maxSteps ? ` and trains steps ${step + 1} to ${maxSteps}` : "";
-  const text = `A new experiment (run ${runId}'s config with ${overrides.length} override${overrides.length === 1 ? "" : "s"}) and a new run in it start from the checkpoint at step ${step}${trains}; run ${runId} stays as it is.`;
+  const last = maxSteps ?? shown.total_steps;
+  const trains = last ? ` The new run trains steps ${step + 1} to ${last}.` : "";
+  const text = `A new experiment (run ${runId}'s config with ${overrides.length} override${overrides.length === 1 ? "" : "s"}) and a new run in it start from the checkpoint at step ${step}.${trains} Run ${runId} stays as it is.`;
   if (!(await confirmAction(`Fork from step ${step}?`, text, "Fork"))) return;
   showForkErrors([]);
   const answer = await postJson(root.dataset.forkUrl, { checkpoint: Number(form.querySelector("input[name=checkpoint]").value), overrides });

@@ -37,6 +37,10 @@ TRACKER_PACKAGES: dict[str, str | None] = {
     "tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab", "stdout": None, "none": None,
 }
 GPU_ONLY_STRATEGIES = frozenset({"megatron_train", "megatron_infer", "sglang"})
+# attn_implementation kernels of a Hugging Face model and the package each imports (transformers raises at load)
+FLASH_PACKAGES: dict[str, str] = {"fa2": "flash_attn", "flash_attention_2": "flash_attn",
+                                  "flash_attention_3": "flash_attn_interface"}
+ENGINE_STRATEGIES = frozenset({"vllm", "sglang"})  # engines choose their own attention kernel
 
 
 def installed(module: str) -> bool:
@@ -60,6 +64,13 @@ def check_packages(config: PipelineConfig, backend: str = "ray") -> list[ConfigI
         if missing:
             issues.append(ConfigIssue(
                 f"{role}.strategy_args.strategy_name", f"{name}: package {missing[0]!r} is not installed here"
+            ))
+        kernel = worker.model_args.attn_implementation
+        package = FLASH_PACKAGES.get(kernel or "")
+        if package and name not in ENGINE_STRATEGIES and not installed(package):
+            issues.append(ConfigIssue(
+                f"{role}.model_args.attn_implementation", f"{kernel}: package {package!r} is not installed here "
+                "(FlashAttention also needs a CUDA device); sdpa runs the same attention in PyTorch"
             ))
     if backend == "ray" and not installed("ray"):
         issues.append(ConfigIssue("", "ray is not installed here; run with --workers local or install ray"))

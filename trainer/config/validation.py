@@ -1128,7 +1128,10 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
         elif turn == config.response_length and config.train_env_manager is not None:
             issues.append(_warning(f"custom_envs.{tag}.max_tokens_per_step", "unset, so each turn may take all of "
                                    "response_length and a trajectory has room for one turn; set it"))
-    return issues
+    from trainer.envs.roll_env_config import env_config_errors
+
+    # what the played environments would refuse when built (ROLL's env_config keys: trainer.envs.roll_env_config)
+    return issues + [_error(path, message) for path, message in env_config_errors(config)]
 
 
 def _tool_call_issues(config: PipelineConfig) -> list[ConfigIssue]:

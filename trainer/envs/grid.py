@@ -11,19 +11,23 @@ FrozenLake (`frozen_lake`; env_config: size, p, is_slippery, action_format)
     intended way or one of the two perpendicular ways, 1/3 each (drawn from the episode's seed).
     Symbols: P player, _ frozen, O hole, G goal, X player in a hole, √ player on the goal.
 
-Sokoban (`sokoban`; env_config: dim_x rows, dim_y columns, num_boxes, search_depth, action_format)
+Sokoban (`sokoban`; env_config: dim_x rows, dim_y columns, num_boxes, search_depth, action_format, grid_lookup,
+    grid_vocab)
     A walled room; push every box onto a target. Layouts come from reverse play: boxes start on
     their targets and the player makes `search_depth` random reverse moves, pulling a box behind it
     half of the time; replaying them forwards solves the puzzle, so every layout is solvable.
     Rewards (gym-sokoban's): −0.1 per move, +1 for a box pushed onto a target, −1 for one pushed
     off, +10 when all boxes are on targets (success; the episode ends).
-    Symbols: # wall, _ empty, O target, X box, √ box on target, P player, S player on a target.
+    Symbols: # wall, _ empty, O target, X box, √ box on target, P player, S player on a target; ROLL's grid_lookup
+    (cell code 0-6 -> symbol) replaces them and its grid_vocab (symbol -> meaning) is listed in the instruction.
 """
 
 from __future__ import annotations
 
 import random
 from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any
 
 from trainer.envs.actions import ACTION_FORMATS, parse_action
 from trainer.envs.base import Env, StepResult
@@ -165,13 +169,32 @@ def sokoban_layout(rows: int, cols: int, num_boxes: int, search_depth: int,
                      f"in {MAX_LAYOUT_ATTEMPTS} layouts; raise search_depth")
 
 
+# ROLL's Sokoban cell codes (gym-sokoban's room state) and their meaning; the default symbol of each
+SOKOBAN_CELLS: dict[int, str] = {0: "wall", 1: "empty", 2: "target", 3: "box on target", 4: "box", 5: "player",
+                                 6: "player on target"}
+SOKOBAN_SYMBOLS: dict[int, str] = {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}
+
+
+def sokoban_lookup(grid_lookup: Mapping[Any, str] | None) -> dict[int, str]:
+    """The symbol of each cell code: ROLL's `grid_lookup` (code -> symbol) over the defaults."""
+    lookup = dict(SOKOBAN_SYMBOLS)
+    for key, symbol in (grid_lookup or {}).items():
+        if str(key) not in {str(c) for c in SOKOBAN_CELLS}:
+            raise ValueError(f"env_config.grid_lookup: cell code {key!r}; valid: "
+                             + ", ".join(f"{c} ({m})" for c, m in SOKOBAN_CELLS.items()))
+        lookup[int(key)] = str(symbol)
+    return lookup
+
+
 class Sokoban(_GridEnv):
     """Module docstring."""
 
     STEP_PENALTY, BOX_ON_TARGET, FINISHED = -0.1, 1.0, 10.0
 
     def __init__(self, dim_x: int = 6, dim_y: int = 6, num_boxes: int = 1, search_depth: int = 30,
-                 action_format: str = "answer_tag") -> None:
+                 action_format: str = "answer_tag", grid_lookup: Mapping[Any, str] | None = None,
+                 grid_vocab: Mapping[str, str] | None = None) -> None:
+        self.lookup = sokoban_lookup(grid_lookup)
         if not (3 <= dim_x <= 16 and 3 <= dim_y <= 16):
             raise ValueError(f"env_config.dim_x / dim_y: {dim_x} x {dim_y}; valid: 3..16 each "
                              "(walls included)")
@@ -185,6 +208,12 @@ class Sokoban(_GridEnv):
         self.instruction = ("Sokoban: push every box X onto a target O; # is a wall, P is you. "
                             "Each turn reply with one move: Up, Down, Left or Right, "
                             f"e.g. {self.example_reply}.")
+        if grid_lookup is not None or grid_vocab is not None:  # ROLL's symbols: its instruction lists their meaning
+            vocab = dict(grid_vocab) if grid_vocab is not None else \
+                {self.lookup[code]: meaning for code, meaning in SOKOBAN_CELLS.items()}
+            self.instruction = ("Sokoban: push every box onto a target. Each turn reply with one move: Up, Down, "
+                                f"Left or Right, e.g. {self.example_reply}.\nThe meaning of each symbol in the "
+                                "state is:\n" + ", ".join(f"{k}: {v}" for k, v in vocab.items()))
 
     def reset(self, seed: int) -> str:
         rng = random.Random(f"sokoban:{seed}")
@@ -215,13 +244,16 @@ class Sokoban(_GridEnv):
         return reward + (self.FINISHED if success else 0.0), success
 
     def render(self) -> str:
-        def cell(at: Cell) -> str:
+        def code(at: Cell) -> int:
             if not (0 < at[0] < self.rows - 1 and 0 < at[1] < self.cols - 1):
-                return "#"
+                return 0
             if at == self.player:
-                return "S" if at in self.targets else "P"
+                return 6 if at in self.targets else 5
             if at in self.boxes:
-                return "√" if at in self.targets else "X"
-            return "O" if at in self.targets else "_"
+                return 3 if at in self.targets else 4
+            return 2 if at in self.targets else 1
+
+        def cell(at: Cell) -> str:
+            return self.lookup[code(at)]
 
         return "\n".join("".join(cell((r, c)) for c in range(self.cols)) for r in range(self.rows))

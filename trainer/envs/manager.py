@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.envs.base import Env
 from trainer.envs.registry import env_manager_kind, make_env
+from trainer.envs.roll_env_config import split_roll_env_config
 
 if TYPE_CHECKING:
     from trainer.config.schema import CustomEnvConfig, EnvManagerConfig
@@ -114,6 +115,7 @@ class EnvManager:
                              f"{batch_size} trajectories, which would cut a group")
         self.group_size, self.env_groups = manager.group_size, manager.env_groups
         self.format_penalty = manager.format_penalty
+        self.format_penalties: dict[str, float] = {}
         self.specs = {tag: custom_envs[tag] for tag in manager.tags}
         for tag in self.specs:  # a bad env_type or env_config fails now, not at the first rollout
             self.make_env(tag)
@@ -128,8 +130,15 @@ class EnvManager:
 
     def make_env(self, tag: str) -> Env:
         spec = self.specs[tag]
-        return make_env(spec.env_type, spec.env_config, where=f"custom_envs.{tag}.env_type",
-                        pipeline=self.pipeline)
+        options, penalty = split_roll_env_config(spec.env_type, spec.env_config, tag=tag,
+                                                 episode_turns=self.limits(tag).max_turns)
+        if penalty is not None:  # ROLL's environment-level format_penalty (trainer.envs.roll_env_config)
+            self.format_penalties[tag] = penalty
+        return make_env(spec.env_type, options, where=f"custom_envs.{tag}.env_type", pipeline=self.pipeline)
+
+    def penalty(self, tag: str) -> float:
+        """The reward added to a reply of `tag`'s environment that breaks the action format."""
+        return self.format_penalties.get(tag, self.format_penalty)
 
     def instruction(self, tag: str, env: Env) -> str:
         """The config's env_instruction when set (even empty), else the environment's own."""

@@ -304,7 +304,7 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
     else:
         t.steps.append(Step(t.prompt_ids, list(gen.token_ids), list(gen.logprobs)))
     observation, reward, done, info = env.step(reply)
-    penalty = 0.0 if info["format_ok"] else manager.format_penalty
+    penalty = 0.0 if info["format_ok"] else manager.penalty(t.episode.tag)
     t.rewards.append(float(reward))
     t.penalty += penalty
     t.actions += int(info["format_ok"])

@@ -122,3 +122,40 @@ def test_the_agentic_example_is_valid() -> None:
     result = validate_config(REPO / "examples" / "agentic_grid_cpu.yaml")
     assert result.ok, [str(i) for i in result.errors]
     assert [str(w) for w in result.warnings] == []
+
+
+ROLL_SOKOBAN = {"env_type": "sokoban", "max_steps": 5, "max_tokens_per_step": 4,
+                "env_config": {"dim_room": [6, 7], "num_boxes": 1, "max_steps": 5, "format_penalty": -0.15,
+                               "action_pattern": "<answer>(.*?)</answer>",
+                               "grid_lookup": {0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"},
+                               "grid_vocab": {"W": "wall", "A": "player"}}}
+
+
+def test_roll_sokoban_env_config_is_read_as_the_built_environment() -> None:
+    """ROLL's traj_envs.yaml Sokoban keys act (trainer.envs.roll_env_config): the room size, its symbols, its
+    format penalty (ROLL main reads the environment's, never the env manager's)."""
+    from trainer.envs.manager import EnvManager
+
+    result = validate_config(changed({**AGENTIC, "train_env_manager.tags": ["Box"], "custom_envs": {"Box": ROLL_SOKOBAN}}))
+    assert result.errors == [], result.errors
+    config = result.config
+    manager = EnvManager("train_env_manager", config.train_env_manager, config.custom_envs, batch_size=8, seed=0)
+    env = manager.make_env("Box")
+    rows = env.reset(1).splitlines()
+    assert (len(rows), len(rows[0])) == (6, 7) and set(rows[0]) == {"W"} and "A" in "".join(rows)
+    assert env.instruction.endswith("W: wall, A: player")
+    assert manager.penalty("Box") == -0.15
+
+
+@pytest.mark.parametrize(("key", "value", "override"), [
+    ("action_pattern", "<think>(.*?)</think>\\s*<answer>(.*?)</answer>", "~custom_envs.Box.env_config.action_pattern"),
+    ("max_steps", 3, "custom_envs.Box.max_steps=3"),
+    ("render_mode", "rgb_array", "~custom_envs.Box.env_config.render_mode"),
+])
+def test_a_roll_env_config_value_not_built_is_an_error_naming_the_override(key: str, value: Any, override: str) -> None:
+    """Refused at validation, not when the run starts: an unbuilt action pattern, an env max_steps below the
+    episode's limit, a key the environment does not take."""
+    box = {**ROLL_SOKOBAN, "env_config": {**ROLL_SOKOBAN["env_config"], key: value}}
+    found = issues({"train_env_manager.tags": ["Box"], "custom_envs": {"Box": box}}, "error")
+    messages = [m for path, ms in found.items() if path.startswith("custom_envs.Box.env_config") for m in ms]
+    assert len(messages) == 1 and messages[0].endswith(f"override {override}"), found

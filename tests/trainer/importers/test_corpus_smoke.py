@@ -29,19 +29,26 @@ from trainer.config.smoke import (
     SMOKE_STEPS,
     TINY,
     TINY_VLLM,
+    domains,
+    reward_kind,
     smoke_model,
     smoke_overrides,
+    smoke_prompts,
     smoke_refusal,
     smoke_rows,
 )
 
 GSM8K = REPO_ROOT / "tests" / "fixtures" / "gsm8k_mini.jsonl"
-# One file per framework in the default suite, each a different trainer / engine / estimator mix that runs here.
-# ROLL has none: both of its corpus files train on Megatron (CUDA only), so they are skipped on this machine.
+# One file per framework in the default suite, each a different trainer / engine / estimator mix that runs here,
+# and for ROLL one multi-domain RLVR file and one agentic file (most of ROLL's files train on Megatron: CUDA only).
+MULTI_DOMAIN = "roll/qwen2.5-7B-rlvr_megatron/rlvr_fsdp2_sp2.yaml"  # 5 domains: math, code, judge, CrossThinkQA, IFEval
+AGENTIC = "roll/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml"  # fsdp2 + vLLM, Sokoban, ROLL's env keys
 REPRESENTATIVE = (
     "verl/gsm8k_3c0ac1b/gsm8k_function_rm_grpo.yaml",  # fsdp2_train + fsdp2_infer reference + vLLM, GRPO
     "skyrl/ppo_base_config@1331ec7.yaml",  # SkyRL's base: fsdp2 + vLLM, GRPO
     "rlinf/reasoning/qwen2.5-1.5b-grpo-fsdp.yaml",  # RLinf's FSDP example: fsdp2 + vLLM
+    MULTI_DOMAIN,
+    AGENTIC,
 )
 
 
@@ -71,14 +78,13 @@ def one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def unshrinkable(config: PipelineConfig) -> str:
-    """What trainer.config.smoke cannot shrink yet (issue 43 leaves it open), said in the skip: "" when nothing."""
-    domains = config.actor_train.data_args.domain_interleave_probs if config.actor_train.data_args else None
-    if domains and len(domains) > 1:
-        return f"{len(domains)} reward domains (the smoke writes one GSM8K-style file, not rows per domain)"
-    if config.train_env_manager is not None:
-        return "an agentic file (env-group sizes and turn lengths are not shrunk to a 2-prompt batch)"
-    return ""
+def reward_range(config: PipelineConfig) -> tuple[float, float]:
+    """Where a step's mean reward must lie: [0, 1] for a file scored by 0/1 rewards only; ROLL's multi-domain
+    rewards go below 0 (CrossThinkQA's -1, the repetition penalty) and an agentic file's return sums its
+    environment's step rewards and format penalties, so there only finiteness is asserted."""
+    if len(domains(config)) > 1 or config.train_env_manager is not None:
+        return -math.inf, math.inf
+    return 0.0, 1.0
 
 
 def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str]) -> None:
@@ -89,9 +95,6 @@ def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str]) -> None:
     if not result.ok:
         pytest.skip(f"{name}: does not validate: {[str(i) for i in result.errors]}")
     translated = load_config(CORPUS / name, overrides)
-    not_shrunk = unshrinkable(translated)
-    if not_shrunk:
-        pytest.skip(f"{name}: the smoke does not shrink it yet: {not_shrunk}")
     native = tmp_path / "native.yaml"
     # what the translation chose, not every default (a default written out reads as set)
     native.write_text(config_to_yaml(translated.model_dump(mode="json", exclude_unset=True)), encoding="utf-8")
@@ -111,15 +114,52 @@ def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str]) -> None:
     assert run_local(shrunk.config) == 0
     metrics = metrics_by_step(out)
     assert sorted(s for s in metrics if s > 0) == list(range(1, SMOKE_STEPS + 1))
+    low, high = reward_range(translated)
     for step in range(1, SMOKE_STEPS + 1):
-        assert 0.0 <= metrics[step]["reward/mean"] <= 1.0
+        assert math.isfinite(metrics[step]["reward/mean"]) and low <= metrics[step]["reward/mean"] <= high
         assert math.isfinite(metrics[step]["actor/pg_loss"]), metrics[step]
     assert events(out, "status")[-1]["data"]["state"] == "succeeded"
 
 
 def test_the_representatives_are_one_per_framework() -> None:
-    assert sorted(fmt_of(name) for name in REPRESENTATIVE) == ["rlinf", "skyrl", "verl"]
+    assert sorted(fmt_of(name) for name in REPRESENTATIVE) == ["rlinf", "roll", "roll", "skyrl", "verl"]
     assert set(REPRESENTATIVE) <= set(FILES)
+
+
+def test_every_reward_domain_gets_rows_in_the_columns_its_reward_reads() -> None:
+    """A step of the multi-domain smoke draws every domain at the file's shares, and each domain's rows carry its
+    routing tag and what its reward scores (each rule reward scores them without error)."""
+    from trainer.config.topology import domain_batch_sizes
+    from trainer.rewards.registry import REWARDS
+
+    overrides, _ = fixing_overrides(MULTI_DOMAIN)
+    config = load_config(CORPUS / MULTI_DOMAIN, overrides)
+    probs = domains(config)
+    assert len(probs) == 5 and min(domain_batch_sizes(probs, smoke_prompts(config)).values()) >= 1
+    rows = smoke_rows(config, [{"question": "What is 2 + 3?", "answer": "5"}])
+    answer = config.actor_train.data_args.response or "answer"
+    kinds = {}
+    for row in rows:
+        section = config.rewards[row["domain"]]
+        assert row["tag"] in section.tag_included
+        kinds[row["domain"]] = kind = reward_kind(config, row["domain"])
+        sample = {"answer": row[answer], **{k: row[k] for k in ("case_type", "test_cases", "test_case_function")
+                                            if k in row}}
+        if kind != "llm_judge":  # the judge needs its model: the smoke runs it
+            options = {"use_local": True} if kind == "code_sandbox" else {}
+            assert all(math.isfinite(x) for x in REWARDS[kind]([row.get("prompt", "")], ["no answer"], [sample],
+                                                               **options))
+    assert sorted(kinds.values()) == ["code_sandbox", "crossthinkqa_rule", "ifeval_rule", "llm_judge", "math_rule"]
+
+
+def test_an_agentic_file_plays_one_small_group_per_tag_for_two_replies() -> None:
+    overrides, _ = fixing_overrides(AGENTIC)
+    config = load_config(CORPUS / AGENTIC, overrides)
+    shrunk = smoke_overrides(config, model=TINY_VLLM, data_file="rows.jsonl", output_dir="out")
+    tags = len(config.train_env_manager.tags)
+    assert f"train_env_manager.env_groups={tags}" in shrunk and f"rollout_batch_size={smoke_prompts(config)}" in shrunk
+    assert smoke_prompts(config) <= tags * 4
+    assert all(f"custom_envs.{tag}.max_steps=2" in shrunk for tag in config.custom_envs)
 
 
 @pytest.mark.parametrize("name", REPRESENTATIVE)

@@ -225,7 +225,7 @@ def smoke_rows(config: PipelineConfig, rows: Iterable[Mapping[str, str]]) -> lis
             streams.append((domain, tags[0] if tags else domain,
                             reward_kind(config, domain) if section is not None else "math_rule"))
     out = []
-    for domain, tag, kind in streams:
+    for stream_domain, stream_tag, kind in streams:
         prefix, reference, columns = DOMAIN_ROWS.get(kind, ("", None, {}))
         for row in rows:
             laid: dict[str, Any] = {}
@@ -235,10 +235,10 @@ def smoke_rows(config: PipelineConfig, rows: Iterable[Mapping[str, str]]) -> lis
             else:
                 laid[prompt] = question
             _put(laid, answer, row["answer"] if reference is None else reference)
-            if tag_column and tag:
-                laid[tag_column] = tag
-            if domain is not None:  # ROLL's files name their domains; its rows must carry them
-                laid["domain"] = domain
+            if tag_column and stream_tag:
+                laid[tag_column] = stream_tag
+            if stream_domain is not None:  # ROLL's files name their domains; its rows must carry them
+                laid["domain"] = stream_domain
             laid.update(columns)
             out.append(laid)
     return out

@@ -163,3 +163,37 @@ def test_checkpoints_are_listed_newest_first_as_in_the_cli_and_the_fork_confirma
         f"A new experiment (run {run.pk}'s config with 2 overrides) and a new run in it start from the checkpoint at "
         f"step 4. The new run trains steps 5 to 12. Run {run.pk} stays as it is.")
     page.click("#confirm-no")
+
+
+def test_compare_shows_an_agentic_runs_environments_and_no_lone_config_hash(signed_in, live_server, web_user) -> None:
+    """Item 7: compare showed `data {}` for an agentic run, and a config-hash difference as the only change between
+    two demo runs. The fingerprints are the trainer's own (run_fingerprint) of the shipped examples."""
+    from playwright.sync_api import expect
+
+    from policylab.tracking.ingest import ingest_events
+    from tests.e2e.test_dashboards import make_run
+    from tests.platform.tracking.conftest import event
+    from trainer.config import load_config
+    from trainer.pipeline.runner import run_fingerprint
+
+    demo = run_fingerprint(load_config(DEMO))
+    agentic = run_fingerprint(load_config(REPO_ROOT / "examples" / "agentic_grid_cpu.yaml"))
+    runs = [make_run(web_user, name) for name in ("demo a", "demo b", "agentic")]
+    for run, found in zip(runs, (demo, demo | {"config_hash": "f" * 64}, agentic), strict=True):
+        ingest_events([event("fingerprint", run.pk, 1, 0, found)], publish=False)
+
+    page = signed_in
+    page.goto(f"{live_server.url}/compare/?runs={runs[0].pk},{runs[1].pk}")
+    summary = page.locator("#environment-diff-details summary")
+    expect(summary).to_contain_text("Same packages, hardware, config hash and data")  # was "1 fact differs: config_hash"
+    expect(page.locator("#environment-diff")).to_have_count(0)
+
+    page.goto(f"{live_server.url}/compare/?runs={runs[0].pk},{runs[2].pk}")
+    page.click("#environment-diff-details summary")
+    table = page.locator("#environment-diff")
+    expect(table).to_be_visible()
+    tag = load_config(REPO_ROOT / "examples" / "agentic_grid_cpu.yaml").train_env_manager.tags[0]
+    expect(table).to_contain_text(f"data.train.environments.{tag}.env_type")
+    expect(table).to_contain_text("data.train.synthetic.task")
+    cells = table.locator("td code").all_inner_texts()
+    assert "{}" not in cells and "data" not in cells  # was a row "data  {}"

@@ -209,8 +209,16 @@ def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[st
 
 
 def run_fingerprint(cfg: PipelineConfig) -> dict[str, Any]:
-    """This attempt's fingerprint (trainer.telemetry.fingerprint): the resolved config and its data."""
-    from trainer.telemetry.fingerprint import data_source, fingerprint
+    """This attempt's fingerprint (trainer.telemetry.fingerprint): the resolved config and its data (an agentic
+    run's: the environments its train and validation env managers play)."""
+    from trainer.telemetry.fingerprint import data_source, environment_source, fingerprint
+
+    if cfg.train_env_manager is not None:
+        envs = {tag: env.model_dump(mode="json") for tag, env in cfg.custom_envs.items()}
+        played = {"train": environment_source(cfg.train_env_manager.tags, envs),
+                  "validation": environment_source(cfg.val_env_manager.tags, envs)
+                  if cfg.val_env_manager is not None else None}
+        return fingerprint(cfg.model_dump(mode="json"), played)
 
     train = cfg.actor_train.data_args
     validation = cfg.validation.data_args if cfg.validation is not None else None

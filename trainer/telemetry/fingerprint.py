@@ -8,7 +8,8 @@
   CUDA runtime of the torch already imported (never imported here);
 - config_hash: sha256 of the resolved config's canonical JSON, without the keys that say where the run
   writes and how this attempt starts (two runs of one config share it);
-- data: per split, each prompt file's sha256 and size, or the synthetic task's parameters.
+- data: per split, each prompt file's sha256 and size, the synthetic task's parameters, or (agentic runs)
+  the environments it plays.
 
 Torch-free and cheap (measured in tests/trainer/telemetry/test_fingerprint.py). Everything it cannot
 read is recorded as absent, never an error: a fingerprint must not stop a run.
@@ -161,6 +162,12 @@ def data_source(files: str | Sequence[str] | None, dataset_dir: str | None, synt
             path = Path(dataset_dir) / path
         digests[str(name)] = file_digest(path)
     return {"files": digests}
+
+
+def environment_source(tags: Sequence[str], envs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """An agentic split's data: the environments it plays (custom_envs of its env manager's tags) and their hash."""
+    played = {tag: dict(envs[tag]) for tag in tags if tag in envs}
+    return {"environments": played, "sha256": canonical_hash(played)} if played else None
 
 
 def fingerprint(config: Mapping[str, Any], data: Mapping[str, dict[str, Any] | None]) -> dict[str, Any]:

@@ -42,12 +42,21 @@ def split_none_against_absent(
 _DIGEST = re.compile(r"^[0-9a-f]{40,64}$")
 
 
+NO_DATA = "none recorded"  # an empty `data` section: an agentic run's fingerprint before it named its environments
+
+
 def environment_diff(fingerprints: Sequence[Mapping[str, Any] | None]) -> list[tuple[str, list[Any]]]:
     """What differs between runs' fingerprints (packages, PolicyLab commit, hardware, config hash, data
     hashes), one row per fact as config_diff lists them; a run without a fingerprint shows MISSING throughout.
-    Hashes and commits are shortened to 12 characters (still unique in practice)."""
+    Hashes and commits are shortened to 12 characters (still unique in practice). A config hash that differs
+    while nothing else does is left out: the config table says what differs in the configs, and a hash alone
+    would read as the only change between the runs."""
     flat = [flatten(f) if f else {} for f in fingerprints]
-    return [(key, [shorten(v) for v in values]) for key, values in config_diff(flat)]
+    rows = [(key, [NO_DATA if key == "data" and v == {} else shorten(v) for v in values])
+            for key, values in config_diff(flat)]
+    if [key for key, _ in rows] == ["config_hash"] and all(fingerprints):
+        return []
+    return rows
 
 
 def shorten(value: Any) -> Any:

@@ -101,3 +101,15 @@ def test_environment_diff_of_a_run_without_fingerprint_marks_it_missing() -> Non
     rows = dict(environment_diff([fingerprint(), None]))
     assert rows["packages.torch"] == ["2.5.1", "—"] and rows["config_hash"] == [f"{'d' * 12}…", "—"]
     assert environment_diff([fingerprint(), fingerprint()]) == []
+
+
+def test_a_config_hash_alone_is_not_shown_as_the_only_difference_and_empty_data_reads_as_such() -> None:
+    """Issue 46 item 7: compare showed a config-hash difference as the only change between two demo runs (the
+    config table says what differs in the configs), and `data {}` for an agentic run."""
+    other_hash = fingerprint() | {"config_hash": "e" * 64}
+    assert environment_diff([fingerprint(), other_hash]) == []
+    rows = dict(environment_diff([fingerprint(), other_hash | {"packages": {"torch": "2.6.0", "transformers": "4.57.0",
+                                                                             "ray": "2.60.0"}}]))
+    assert rows["config_hash"] == [f"{'d' * 12}…", f"{'e' * 12}…"]  # beside another difference it stays
+    agentic = fingerprint() | {"data": {}}
+    assert dict(environment_diff([fingerprint(), agentic]))["data"] == ["—", "none recorded"]  # was "{}"

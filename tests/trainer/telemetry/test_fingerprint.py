@@ -66,3 +66,19 @@ def test_gpus_are_read_from_nvidia_smi(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     assert fp.gpus() == {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "gpu_driver": "550.54.15"}
     assert fp.hardware()["gpu_count"] == 2
+
+
+def test_an_agentic_runs_data_is_the_environments_it_plays() -> None:
+    """Issue 46 item 7: an agentic run's fingerprint had `data: {}` (no prompt files), shown by compare as `data {}`."""
+    from trainer.config import load_config
+    from trainer.pipeline.runner import run_fingerprint
+
+    cfg = load_config(REPO_ROOT / "examples" / "agentic_grid_cpu.yaml")
+    data = run_fingerprint(cfg)["data"]
+    [tag] = cfg.train_env_manager.tags
+    assert data["train"]["environments"][tag]["env_type"] == cfg.custom_envs[tag].env_type
+    assert data["train"]["sha256"] == hashlib.sha256(fp.json.dumps(
+        {tag: cfg.custom_envs[tag].model_dump(mode="json")}, sort_keys=True, separators=(",", ":"),
+        ensure_ascii=False).encode()).hexdigest()
+    flat = fp.flatten(run_fingerprint(cfg))
+    assert "data" not in flat and f"data.train.environments.{tag}.env_type" in flat

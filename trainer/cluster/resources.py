@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainer.config.topology import devices_per_worker, duplicate_devices
+from trainer.config.topology import WORKER_ROLES, devices_per_worker, duplicate_devices
 
 if TYPE_CHECKING:
     from ray.util.placement_group import PlacementGroup
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
 
-WORKER_ROLES = ("actor_train", "actor_infer", "reference", "critic", "validation")
 NODE_RESOURCE_PREFIX = "policylab_node_"
 
 

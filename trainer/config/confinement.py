@@ -34,6 +34,7 @@ from pydantic import BaseModel
 
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import PathAccess, PipelineConfig
+from trainer.config.topology import WORKER_ROLES
 
 # What the supervisor passes to the trainer (comma-separated, except the roots: os.pathsep).
 READ_ROOTS_VAR = "POLICYLAB_READ_ROOTS"  # absolute folders models and data may come from
@@ -371,7 +372,7 @@ def env_refusal(name: str, extra: Sequence[str] = ()) -> str | None:
 
 def _system_envs(config: PipelineConfig) -> Iterator[tuple[str, Mapping[str, str]]]:
     yield "system_envs", config.system_envs
-    for role in ("actor_train", "actor_infer", "reference", "critic", "validation"):
+    for role in WORKER_ROLES:
         worker = getattr(config, role, None)
         if worker is not None:
             yield f"{role}.system_envs", worker.system_envs

@@ -28,13 +28,39 @@ from trainer.config.schema import (
     WorkerConfig,
 )
 
-TRAINING_ROLES = ("actor_train", "critic")
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One worker role of the config: its section name (`actor_train`, …), whether it trains (an optimizer
+    and a checkpointed strategy), whether its calls compute with torch in the worker process (what the
+    profiler sees), and whether the config may leave its section out."""
+
+    name: str
+    trains: bool
+    computes: bool
+    optional: bool
+
+
+# THE table of worker roles (issue 42): every other list of role names in the trainer reads it. In the
+# order the roles are placed and built. `rewards.<name>` reward workers and the driver's `reward` group
+# are not sections of this kind.
+ROLE_TABLE: tuple[RoleSpec, ...] = (
+    RoleSpec("actor_train", trains=True, computes=True, optional=False),
+    RoleSpec("actor_infer", trains=False, computes=True, optional=False),
+    RoleSpec("reference", trains=False, computes=True, optional=True),
+    RoleSpec("critic", trains=True, computes=True, optional=True),
+    RoleSpec("validation", trains=False, computes=False, optional=True),
+)
+WORKER_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE)  # the config's worker sections
+TRAINING_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE if r.trains)  # actor_train, critic
+COMPUTING_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE if r.computes)
+OPTIONAL_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE if r.optional)  # reference, critic, validation
 
 
 def roles(config: PipelineConfig) -> dict[str, WorkerConfig]:
     """Every configured worker section by its path (`rewards.<name>` for reward workers)."""
     out: dict[str, WorkerConfig] = {"actor_train": config.actor_train, "actor_infer": config.actor_infer}
-    for name in ("reference", "critic", "validation"):
+    for name in OPTIONAL_ROLES:
         worker = getattr(config, name)
         if worker is not None:
             out[name] = worker

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.config import topology
 from trainer.config.confinement import TINY_SCHEME, parse_tiny_ref
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def materialise_tiny_models(cfg: PipelineConfig) -> Any:
 
     cfg.pretrain = resolve(cfg.pretrain)
     cfg.reward_pretrain = resolve(cfg.reward_pretrain)
-    for role in ("actor_train", "actor_infer", "reference", "critic", "validation"):
+    for role in topology.WORKER_ROLES:
         section = getattr(cfg, role, None)
         if section is not None:
             section.model_args.model_name_or_path = resolve(section.model_args.model_name_or_path)

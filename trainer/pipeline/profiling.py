@@ -15,13 +15,10 @@ from trainer.roles.profiling import ProfileSettings
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
-# the roles whose calls compute with torch; the rollout engine only as hf_infer (vLLM generates in its own
-# engine processes, out of this process's profiler's sight)
-COMPUTING_ROLES = ("actor_infer", "actor_train", "reference", "critic")
-
-
 def profiled_groups(cfg: PipelineConfig, groups: Mapping[str, Any]) -> list[Any]:
-    names = [r for r in COMPUTING_ROLES if r in groups]
+    """The groups of the roles whose calls compute with torch (topology.COMPUTING_ROLES); the rollout engine
+    only as hf_infer (vLLM generates in its own engine processes, out of this process's profiler's sight)."""
+    names = [r for r in topology.COMPUTING_ROLES if r in groups]
     if "actor_infer" in names and topology.strategy_name("actor_infer", cfg.actor_infer) != "hf_infer":
         names.remove("actor_infer")
     return [groups[name] for name in names]

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from trainer.config.importers.rules import Translation, leaves, lookup, pop_path
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import STRATEGY_CONFIG_MODELS
+from trainer.config.topology import WORKER_ROLES
 
 # The same engine setting under another name in SGLang's config.
 SGLANG_NAMES = {
@@ -19,7 +20,7 @@ SGLANG_NAMES = {
     "max_model_len": "context_length",
     "max_num_seqs": "max_running_requests",
 }
-ROLES = ("actor_train", "actor_infer", "reference", "critic", "validation")
+ROLES = WORKER_ROLES  # the config's worker sections (trainer.config.topology.ROLE_TABLE)
 # The same setting under each generation engine's name (vLLM's enforce_eager is SGLang's disable_cuda_graph).
 ENGINE_NAMES: dict[str, dict[str, str]] = {
     "sglang": {**SGLANG_NAMES, "enforce_eager": "disable_cuda_graph"},

@@ -5,8 +5,8 @@ sharing a start state, trainer.envs.manager) -> play them turn by turn through a
 chat template, all episodes in lockstep (trainer.pipeline.trajectory) -> one batch row per
 trajectory, observation tokens out of the loss mask -> trajectory scores (Σ turn rewards + format
 penalties) normalised by `reward_normalization` (trainer.algorithms.trajectory_norm) -> everything
-RLVR does after generation (`RLVRPipeline.update`: log-probs, values, reward processing, KL,
-advantages with the start-state groups as GRPO groups, critic and actor updates) -> weight sync.
+RLVR does after generation (the same `Learner`, trainer.pipeline.learner: log-probs, values, reward
+processing, KL, advantages with the start-state groups as GRPO groups, critic and actor updates) -> weight sync.
 Evaluation plays val_env_manager's episodes, whose start states are fixed for the whole run.
 Step-wise env managers (ROLL's StepEnvManager, `custom_envs.<tag>.env_manager_cls`) play each turn from a fresh
 prompt holding a short text history (`history_length`) and train one row per reply (decision 0044).
@@ -32,6 +32,7 @@ from trainer.algorithms.trajectory_norm import normalization_groups, normalize_s
 from trainer.config import topology
 from trainer.envs.manager import EnvManager, Episode, derive_seed
 from trainer.pipeline.health import SampleFacts
+from trainer.pipeline.learner import RolloutBatch
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.rlvr import (
     RLVRPipeline,
@@ -128,7 +129,7 @@ class AgenticPipeline(RLVRPipeline):
             batch = {key: value[torch.tensor([r for r, _, _ in rows])] for key, value in batch.items()}
             mask = batch["response_mask"]
             owner = torch.tensor([i for _, i, _ in rows])
-            batch["scores"], groups_of_rows = scores[owner], state_ids[owner]
+            row_scores, groups_of_rows = scores[owner], state_ids[owner]
             # a step row is one turn: its tokens are turn 0 of the row, its value that turn's
             turn_ids = torch.where(mask > 0, 0, -1) if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS else None
             if turn_scores is not None:
@@ -140,7 +141,7 @@ class AgenticPipeline(RLVRPipeline):
         else:
             batch = trajectory_batch(trajectories, self.tokenizer.pad_token_id)
             mask = batch["response_mask"]
-            batch["scores"], groups_of_rows, owner = scores, state_ids, torch.arange(len(trajectories))
+            row_scores, groups_of_rows, owner = scores, state_ids, torch.arange(len(trajectories))
             turn_ids = (turn_index(trajectories, mask.size(1)) if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS
                         else None)
             engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))
@@ -151,24 +152,25 @@ class AgenticPipeline(RLVRPipeline):
             self.step_samples = [SampleFacts(t.episode.state_id, t.episode.sample_index,
                                              "length" if t.done_reason == "max_length" else t.done_reason or "", ())
                                  for t in trajectories]
-        token_rewards, values, _ = self.update(step, batch, groups_of_rows, engine_log_probs, timer, metrics,
-                                               staleness=torch.zeros(len(owner), dtype=torch.long),
-                                               turn_ids=turn_ids, turn_scores=turn_scores)
+        result = self.learner.learn(step, RolloutBatch(batch, row_scores, groups_of_rows, engine_log_probs,
+                                                       staleness=torch.zeros(len(owner), dtype=torch.long),
+                                                       turn_ids=turn_ids, turn_scores=turn_scores), timer)
+        metrics.update(result.metrics)
         if step > cfg.critic_warmup:
             with timer("weight_sync"):
                 self.sync_weights()
         metrics.update(data_metrics(
-            scores=raw[owner], token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
+            scores=raw[owner], token_rewards=result.token_rewards, advantages=result.advantages, response_mask=mask,
             prompt_lengths=prompt_lengths, max_prompt_length=cfg.prompt_length, truncated=truncated,
-            values=values, returns=batch.get("returns"),
+            values=result.values, returns=result.returns,
         ))
         metrics.update(env_metrics(trajectories, "env"))
         metrics.update(timer.values)
         if self.train_envs.step_wise:
             metrics["env/step_rows"] = float(len(owner))
-            self.emit_steps(step, trajectories, rows, batch["advantages"])
+            self.emit_steps(step, trajectories, rows, result.advantages)
         else:
-            self.emit_trajectories(step, trajectories, batch["advantages"], self.trainer_log_probs(batch))
+            self.emit_trajectories(step, trajectories, result.advantages, self.trainer_log_probs(result.old_log_probs))
         self.ledger.record("train", batch=step, step=step, version=step - 1, staleness=0,
                            samples=len(owner))
         return metrics
@@ -181,10 +183,10 @@ class AgenticPipeline(RLVRPipeline):
         real = [(r, i, k) for r, (i, k) in enumerate(step_rows(trajectories))]
         if self.row_multiple is None:
             multiple = 1
-            for role in ("actor_train", "critic"):
+            for role in topology.TRAINING_ROLES:
                 if role in self.groups:
                     multiple = math.lcm(multiple, topology.train_shape(self.cfg, role).global_batch)
-            for role in ("reference", "critic", "actor_train"):
+            for role in ("reference", *topology.TRAINING_ROLES):  # the sharded roles
                 if role in self.groups:
                     multiple = math.lcm(multiple, len(self.groups[role].call_all(roles.Role.ping)))
             self.row_multiple = multiple

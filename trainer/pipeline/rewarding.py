@@ -79,7 +79,7 @@ def sample_mask(cfg: PipelineConfig, scores: Tensor, group_ids: Tensor, response
     does, a step whose every sample would be dropped by these masks keeps them all rather than step on
     nothing. That fallback never re-admits a group the query filter dropped: in ROLL the filter acts in the
     generation scheduler, so such a group never reaches the batch the masks see. When no group passes the
-    filter, no sample is kept and the actor does not step (RLVRPipeline.update).
+    filter, no sample is kept and the actor does not step (trainer.pipeline.learner.Learner.learn).
     """
     keep = torch.ones(scores.shape[0], dtype=torch.bool)
     passing = torch.ones_like(keep) if query_filter is None else query_filter.to(torch.bool)

@@ -31,18 +31,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer import roles
-from trainer.algorithms import kl as kl_algos
-from trainer.algorithms import off_policy, step_advantages
-from trainer.algorithms.advantages import compute_advantages
-from trainer.algorithms.train_infer import MismatchFilter, MismatchWeight, correct_mismatch
 from trainer.checkpoint import core as ckpt
 from trainer.config import topology
 from trainer.config.schema import VllmConfig
-from trainer.config.topology import train_shape
 from trainer.models.batch import build_batch
-from trainer.pipeline import dynamic_sampling, resume_report, rewarding
+from trainer.pipeline import dynamic_sampling, resume_report
 from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
 from trainer.pipeline.health import HealthMonitor, SampleFacts
+from trainer.pipeline.learner import Learner, RolloutBatch, recomputes_log_probs
 from trainer.pipeline.ledger import LEDGER_FILE, Ledger
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.models import policy_path
@@ -54,7 +50,6 @@ if TYPE_CHECKING:
     from trainer.pipeline.watchdog import Watchdog
 
 
-TRAIN_ROLES = ("actor_train", "critic")
 ROLLOUT_BUFFER_FILE = "rollout_buffer.json"  # a checkpoint's generated, not yet trained batches
 
 
@@ -122,15 +117,6 @@ def rollout_log_probs(gens: list[Generation], width: int) -> torch.Tensor:
                         dtype=torch.float32).reshape(len(gens), width)
 
 
-def logprob_mismatch(engine: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Mean and max of |engine log-prob - trainer log-prob| over real response tokens: the
-    training-inference mismatch (0 when both run the same numerics)."""
-    gap = (engine - trainer).abs()[mask > 0]
-    if gap.numel() == 0:
-        return {}
-    return {"rollout/logprob_diff_mean": float(gap.mean()), "rollout/logprob_diff_max": float(gap.max())}
-
-
 WEIGHT_BUCKET_BYTES = 256 * 2**20  # an in-process weight sync holds at most this much beyond both models
 
 
@@ -163,7 +149,7 @@ def push_weights_in_process(train: Any, infer: Any, bucket_bytes: int = WEIGHT_B
 
 
 class RLVRPipeline:
-    """Owns the worker groups, the data sampler, the KL controller and the step counter."""
+    """Owns the worker groups, the data sampler, the learner (trainer.pipeline.learner) and the step counter."""
 
     def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: dict[str, Any], tokenizer: Any,
                  train_prompts: list[dict], eval_prompts: Sequence[Any], sampler: Any,
@@ -173,32 +159,21 @@ class RLVRPipeline:
         self.log = log
         self.output_dir = Path(cfg.output_dir)
         self.checkpoints = ckpt.checkpoints_root(cfg)
-        self.kl_ctrl = kl_algos.make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon,
-                                                   ctrl_type=cfg.kl_ctrl_type)
         if cfg.difficulty_loss_weight and any(p.get("difficulty") is None for p in train_prompts):
             raise ValueError("difficulty_loss_weight: every training prompt needs a `difficulty` value in "
                              "[0, 1] (a `difficulty` column in the data file)")
-        self.reward_state = rewarding.RewardStats()
         self.step = 0
         self.step_times: list[float] = []
         self.history: list[dict[str, float]] = []
-        self.uses_reference = "reference" in groups
-        # One optimizer step on fresh rollouts: the old policy IS the current one, so the loss uses
-        # the detached current log-probs and the extra forward pass is skipped (as verl and TRL do).
-        actor_world = len(groups["actor_train"].call_all(roles.Role.ping))
-        one_update = train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout == 1
-        self.needs_old_log_probs = not one_update or cfg.add_token_level_kl
-        # actor_train recomputes them (the default) when needed, and on every step for an engine with its
-        # own kernels (vllm), so that rollout/logprob_diff_* tracks the training-inference mismatch, or when
-        # train_infer_correction compares them with the engine's
-        self.engine = topology.strategy_name("actor_infer", cfg.actor_infer)
         self.weights_in_process = weights_in_process(cfg, groups)
-        self.recomputes_log_probs = ((self.needs_old_log_probs and not cfg.use_rollout_log_probs)
-                                     or self.engine != "hf_infer" or cfg.train_infer_correction.acts())
         # the rollout engine frees its memory while a colocated trainer works (vLLM-style sleep/wake)
         infer_devices = set(cfg.actor_infer.device_mapping or ())
         self.infer_sleeps = bool(infer_devices & set(cfg.actor_train.device_mapping or ()))
         self.schedule = topology.rollout_schedule(cfg)
+        # the update and its corrections (trainer.pipeline.learner); its state goes into the checkpoints
+        actor_world = len(groups["actor_train"].call_all(roles.Role.ping))
+        self.learner = Learner(cfg, groups, schedule=self.schedule,
+                               recomputes=recomputes_log_probs(cfg, actor_world))
         self.ledger = Ledger(self.output_dir / LEDGER_FILE)
         self.producer: RolloutProducer | None = None  # one_step_off / async
         self.backlog: list[Rollout | PendingBatch] = []  # sync: batches an async checkpoint left drawn
@@ -434,10 +409,9 @@ class RLVRPipeline:
             self.producer.requeue(rollout)
 
     def learn(self, step: int, rollout: Rollout, timer: Timer) -> dict[str, float]:
-        """Everything after generation: the batch of prompts and responses, `update`, then the step's data
-        metrics, rollout samples and ledger record."""
+        """Everything after generation: the batch of prompts and responses, the learner's update, then the
+        step's data metrics, rollout samples and ledger record."""
         cfg = self.cfg
-        metrics: dict[str, float] = {}
         records = [self.train_prompts[i] for i in rollout.prompt_indices]
         gens, responses, scores = rollout.gens, rollout.responses, rollout.scores
         timer.values["timing/generate"], timer.values["timing/reward"] = rollout.generate_s, rollout.reward_s
@@ -447,7 +421,6 @@ class RLVRPipeline:
             self.tokenizer.pad_token_id,
         )
         mask = batch["response_mask"]
-        batch["scores"] = scores
         group_ids = torch.tensor([g.prompt_index for g in gens], dtype=torch.long)
         engine_log_probs = rollout_log_probs(gens, mask.size(1))
         # every sample carries the policy version that generated it; staleness = versions behind this update
@@ -456,177 +429,25 @@ class RLVRPipeline:
                       if cfg.difficulty_loss_weight else None)
         samples = [records[g.prompt_index] for g in gens]
         self.step_samples = [SampleFacts(g.prompt_index, g.sample_index, g.stop_reason, g.token_ids) for g in gens]
-        token_rewards, values, weights = self.update(
-            step, batch, group_ids, engine_log_probs, timer, metrics, staleness=staleness, difficulty=difficulty,
+        result = self.learner.learn(step, RolloutBatch(
+            batch, scores, group_ids, engine_log_probs, staleness, difficulty=difficulty,
             query_filter=dynamic_sampling.query_filter_mask(cfg, samples, scores, group_ids),
-            length_terms=dynamic_sampling.length_reward_terms(cfg, samples, mask.sum(-1)))
+            length_terms=dynamic_sampling.length_reward_terms(cfg, samples, mask.sum(-1))), timer)
+        metrics = result.metrics
         metrics.update(data_metrics(
-            scores=scores, token_rewards=token_rewards, advantages=batch["advantages"], response_mask=mask,
+            scores=scores, token_rewards=result.token_rewards, advantages=result.advantages, response_mask=mask,
             prompt_lengths=torch.tensor([len(records[g.prompt_index]["input_ids"]) for g in gens]),
             max_prompt_length=cfg.prompt_length,
             truncated=torch.tensor([g.stop_reason == "length" for g in gens]),
-            values=values, returns=batch.get("returns"),
+            values=result.values, returns=result.returns,
         ))
-        self.emit_rollouts(step, records, gens, responses, scores, batch["advantages"], mask,
-                           trainer_log_probs=self.trainer_log_probs(batch))
+        self.emit_rollouts(step, records, gens, responses, scores, result.advantages, mask,
+                           trainer_log_probs=self.trainer_log_probs(result.old_log_probs))
+        weights = result.sample_weights
         self.ledger.record("train", batch=rollout.batch_id, step=step, version=rollout.version,
                            staleness=int(staleness.max()), samples=len(gens), prompts=len(rollout.prompt_indices),
                            **({"weight": float(weights.mean())} if weights is not None else {}))
         return metrics
-
-    def update(self, step: int, batch: dict[str, torch.Tensor], group_ids: torch.Tensor,
-               engine_log_probs: torch.Tensor, timer: Timer, metrics: dict[str, float], *, staleness: torch.Tensor,
-               difficulty: torch.Tensor | None = None, query_filter: torch.Tensor | None = None,
-               length_terms: torch.Tensor | None = None, turn_ids: torch.Tensor | None = None,
-               turn_scores: torch.Tensor | None = None,
-               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """Everything between a built batch and new weights: old / reference log-probs, values, sample mask,
-        reward processing, token rewards (KL in the reward), advantages, loss weights, off-policy terms,
-        critic and actor updates. `batch` holds the rows (`response_mask`: the tokens the loss sees) and one
-        `scores` value per row; advantages (values, returns) are added to it. `staleness`: policy versions
-        each row lags behind. Returns (token rewards, values, sample weights). The agentic loop shares it; its
-        step-wise estimators pass `turn_ids` (each sampled token's reply index) and, for gigpo / step_reinforce,
-        `turn_scores` [batch, turns]: each turn's value replaces the processed score, on the turn's last token."""
-        cfg = self.cfg
-        mask, scores = batch["response_mask"], batch["scores"]
-        corrects = bool((staleness > 0).any()) and cfg.off_policy_correction != "none"
-        if self.recomputes_log_probs or corrects:
-            with timer("old_log_probs"):
-                batch["old_log_probs"] = torch.cat(self.groups["actor_train"].call_sharded(roles.Actor.compute_log_probs, batch))
-            if not bool((staleness > 0).any()):  # for stale samples the gap is policy drift: async/is_ratio_*
-                metrics.update(logprob_mismatch(engine_log_probs, batch["old_log_probs"], mask))
-        if cfg.use_rollout_log_probs:
-            batch["old_log_probs"] = engine_log_probs
-        if self.uses_reference:
-            with timer("ref_log_probs"):
-                batch["ref_log_probs"] = torch.cat(self.groups["reference"].call_sharded(roles.Reference.compute_log_probs, batch))
-        values = None
-        if "critic" in self.groups:
-            with timer("values"):
-                values = torch.cat(self.groups["critic"].call_sharded(roles.Critic.compute_values, batch))
-
-        with timer("advantages"):
-            keep, mask_metrics = rewarding.sample_mask(cfg, scores, group_ids, response_lengths=mask.sum(-1),
-                                                       query_filter=query_filter)
-            metrics.update(mask_metrics)
-            metrics.update(dynamic_sampling.zero_variance_metrics(scores, group_ids, keep))
-            if turn_scores is None:
-                processed, self.reward_state, reward_metrics = rewarding.process_scores(
-                    cfg, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1),
-                    length_terms=length_terms,
-                )
-                metrics.update(reward_metrics)
-            else:  # the turns' values go on their own last tokens below
-                processed = torch.zeros_like(scores)
-            if cfg.add_token_level_kl and self.uses_reference:
-                token_kl = kl_algos.token_kl(  # KL of the rollout policy (= actor before this update)
-                    cfg.kl_penalty, mask, log_probs=batch["old_log_probs"], ref_log_probs=batch["ref_log_probs"]
-                )
-                token_rewards, current_kl = kl_algos.add_kl_to_rewards(processed, token_kl, mask, self.kl_ctrl.value)
-                metrics["actor/reward_kl"] = metrics["actor/reward_kl_penalty"] = current_kl  # ours, verl's
-                metrics["actor/kl_coef"] = metrics["actor/reward_kl_penalty_coeff"] = self.kl_ctrl.value
-                self.kl_ctrl = self.kl_ctrl.update(current_kl, n_steps=mask.size(0))
-            else:
-                token_rewards = kl_algos.scores_to_token_rewards(processed, mask)
-            if turn_scores is not None:
-                assert turn_ids is not None, "turn_scores need turn_ids"
-                token_rewards = token_rewards + step_advantages.turn_token_rewards(turn_scores, turn_ids)
-            token_rewards = rewarding.process_token_rewards(cfg, token_rewards, mask)
-            adv = compute_advantages(
-                cfg.adv_estimator, token_rewards, mask, group_ids=group_ids, values=values,
-                gamma=cfg.gamma, lambd=cfg.lambd, norm_adv_by_std_in_grpo=cfg.norm_adv_by_std_in_grpo,
-                turn_ids=turn_ids,
-            )
-            batch["advantages"] = rewarding.process_advantages(cfg, adv.advantages, mask)
-            if values is not None:
-                batch["values"], batch["returns"] = values, adv.returns
-        # the actor's loss sees only the kept samples (the critic still fits every sample's return)
-        actor_batch = {**batch, "response_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}
-        weights = rewarding.sample_weights(cfg, mask, difficulty)
-        if self.schedule.overlaps:
-            weights, stale_metrics = self.staleness_terms(step, staleness, weights)
-            metrics.update(stale_metrics)
-        if weights is not None:
-            actor_batch["sample_weights"] = weights
-        if corrects:
-            actor_batch, ratio_metrics = self.correct_off_policy(actor_batch, batch["old_log_probs"], engine_log_probs,
-                                                                 stale=staleness > 0)
-            metrics.update(ratio_metrics)
-        if cfg.train_infer_correction.acts():  # fresh rows; stale ones only where off_policy_correction leaves them
-            rows = staleness == 0 if corrects else torch.ones_like(staleness, dtype=torch.bool)
-            actor_batch, mismatch_metrics = self.correct_train_infer(actor_batch, mask, batch["old_log_probs"],
-                                                                     engine_log_probs, rows)
-            metrics.update(mismatch_metrics)
-
-        if "critic" in self.groups:
-            with timer("critic_update"):
-                metrics.update(_mean_dicts(self.groups["critic"].call_sharded(roles.Critic.train_step, batch, step=step)))
-        # no group passed the query filter (dynamic sampling found none within its budget): nothing to learn from,
-        # and an optimizer step on an empty loss would still move the weights (Adam's momentum)
-        if step > cfg.critic_warmup and bool(keep.any()):
-            with timer("actor_update"):
-                metrics.update(_mean_dicts(
-                    self.groups["actor_train"].call_sharded(roles.Actor.train_step, actor_batch, step=step)))
-
-        return token_rewards, values, weights
-
-    def staleness_terms(self, step: int, staleness: torch.Tensor,
-                        weights: torch.Tensor | None) -> tuple[torch.Tensor | None, dict[str, float]]:
-        """Staleness metrics; with stale_samples downweight, samples beyond max_staleness get loss weight
-        stale_sample_decay ^ (excess versions), on top of the other sample weights."""
-        cfg, bound = self.cfg, self.schedule.max_staleness
-        metrics = {"async/policy_version": float(step - 1), "async/staleness_min": float(staleness.min()),
-                   "async/staleness_mean": float(staleness.float().mean()),
-                   "async/staleness_max": float(staleness.max())}
-        beyond = staleness > bound
-        if cfg.stale_samples == "downweight" and bool(beyond.any()):
-            decay = off_policy.staleness_weights(staleness, bound, cfg.stale_sample_decay)
-            weights = decay if weights is None else weights * decay
-            metrics |= {"async/downweighted_samples": float(beyond.sum()),
-                        "async/stale_weight_mean": float(decay.mean())}
-        return weights, metrics
-
-    def correct_off_policy(self, actor_batch: dict[str, torch.Tensor], old_log_probs: torch.Tensor,
-                           behaviour_log_probs: torch.Tensor,
-                           stale: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        """Stale samples weighed by ρ = π_old/μ per token: `tis` scales their advantages by min(ρ, C) (exactly
-        the clipped surrogate weighted by it, w ≥ 0), `mask` leaves tokens with ρ outside [1/C, C] out."""
-        cfg = self.cfg
-        mask = actor_batch["response_mask"]
-        stale_mask = mask * stale.unsqueeze(-1).to(mask.dtype)
-        ratios = off_policy.importance_ratios(old_log_probs, behaviour_log_probs, stale_mask)
-        metrics = {f"async/{k}": v for k, v in
-                   off_policy.importance_ratio_stats(ratios, stale_mask, cfg.off_policy_cap).items()}
-        rows = stale.unsqueeze(-1)
-        if cfg.off_policy_correction == "tis":
-            weights = off_policy.truncated_importance_weights(ratios, stale_mask, cfg.off_policy_cap)
-            return {**actor_batch, "advantages": torch.where(rows, actor_batch["advantages"] * weights,
-                                                             actor_batch["advantages"])}, metrics
-        keep = off_policy.masked_importance_keep(ratios, stale_mask, cfg.off_policy_cap)
-        kept = torch.where(rows, mask * keep.to(mask.dtype), mask)
-        metrics["async/is_masked_tokens"] = float((mask - kept).sum())
-        return {**actor_batch, "response_mask": kept}, metrics
-
-    def correct_train_infer(self, actor_batch: dict[str, torch.Tensor], response_mask: torch.Tensor,
-                            old_log_probs: torch.Tensor, engine_log_probs: torch.Tensor,
-                            rows: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        """ROLL's train_infer_correction on `rows` (trainer.algorithms.train_infer), its ratios over each row's
-        response tokens: the actor's loss mask keeps the tokens every enabled filter passes, and with is_weight
-        `train_infer_weights` carries w_t (1 on the other rows), which actor_loss multiplies into the
-        policy-gradient term. Metrics `actor/...` under ROLL's names (docs/decisions/0040)."""
-        spec = self.cfg.train_infer_correction
-        weight = (MismatchWeight(spec.is_weight.weight_type, spec.is_weight.upper_bound)
-                  if spec.is_weight.enabled else None)
-        filters = tuple(MismatchFilter(rule.agg_type, (rule.ratio_low, rule.ratio_high) if rule.ratio_enabled else None,
-                                       (rule.diff_low, rule.diff_high) if rule.diff_enabled else None)
-                        for rule in spec.filters if rule.enabled)
-        on_rows = response_mask * rows.unsqueeze(-1).to(response_mask.dtype)
-        out = correct_mismatch(old_log_probs, engine_log_probs, on_rows, weight=weight, filters=filters)
-        mask, where = actor_batch["response_mask"], rows.unsqueeze(-1)
-        corrected = {**actor_batch, "response_mask": torch.where(where, mask * out.keep.to(mask.dtype), mask)}
-        if weight is not None:
-            corrected["train_infer_weights"] = torch.where(where, out.weights, torch.ones_like(out.weights))
-        return corrected, {f"actor/{key}": value for key, value in out.metrics.items()}
 
     def sync_weights(self) -> None:
         if self.weights_in_process:
@@ -655,11 +476,12 @@ class RLVRPipeline:
         """actor_infer to this thread, holding the newest policy (the producer may be behind)."""
         return self.producer.engine_session() if self.producer is not None else contextlib.nullcontext()
 
-    def trainer_log_probs(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-        """actor_train's per-token log-probs of the batch's responses before this update [B, width], where it
-        computed them and the loss kept them (not replaced by the engine's: use_rollout_log_probs): what logged
-        samples carry as `token_logprobs_trainer`, beside the engine's `token_logprobs`."""
-        return None if self.cfg.use_rollout_log_probs else batch.get("old_log_probs")
+    def trainer_log_probs(self, old_log_probs: torch.Tensor | None) -> torch.Tensor | None:
+        """actor_train's per-token log-probs of the batch's responses before this update [B, width] (the
+        learner's `old_log_probs`), where it computed them and the loss kept them (not replaced by the engine's:
+        use_rollout_log_probs): what logged samples carry as `token_logprobs_trainer`, beside the engine's
+        `token_logprobs`."""
+        return None if self.cfg.use_rollout_log_probs else old_log_probs
 
     def emit_rollouts(self, step: int, records: list[dict], gens: list[Generation], responses: list[str],
                       scores: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
@@ -736,8 +558,7 @@ class RLVRPipeline:
             state = {
                 "step": self.step,
                 "sampler": held["sampler"],
-                "kl_ctrl": {"type": type(self.kl_ctrl).__name__, **asdict(self.kl_ctrl)},
-                "reward_stats": self.reward_state.state_dict(),
+                **self.learner.state_dict(),  # kl_ctrl, reward_stats
                 "step_times": self.step_times[-10:],
                 "health": self.health.state_dict(),  # armed alerts and what the checks compare against
                 "rollout": {"next_batch": held["next_batch"], "ledger_lines": held["ledger_lines"],
@@ -747,7 +568,7 @@ class RLVRPipeline:
             (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
             (tmp / ROLLOUT_BUFFER_FILE).write_text(json.dumps([r.to_state() for r in held["buffer"]]))
             torch.save(ckpt.get_rng_state(), tmp / "driver_rng.pt")
-            for role in ("actor_train", "critic"):
+            for role in topology.TRAINING_ROLES:
                 if role in self.groups:
                     self.groups[role].call_all(roles.Trained.save_checkpoint, str(tmp))
             with self.engine_turn():
@@ -773,11 +594,7 @@ class RLVRPipeline:
         state = json.loads((path / "trainer_state.json").read_text())
         self.step = int(state["step"])
         self.sampler.load_state_dict(state["sampler"])
-        kl_state = dict(state["kl_ctrl"])
-        kind = kl_state.pop("type")
-        self.kl_ctrl = (kl_algos.AdaptiveKLController if kind == "AdaptiveKLController"
-                        else kl_algos.FixedKLController)(**kl_state)
-        self.reward_state = rewarding.RewardStats.from_state_dict(state["reward_stats"])
+        kind, kl_state = self.learner.load_state_dict(state)
         self.step_times = list(state.get("step_times", []))
         if "health" in state:  # absent in checkpoints older than the run-health alerts: the checks start over
             self.health.load_state_dict(state["health"])
@@ -796,18 +613,18 @@ class RLVRPipeline:
         if not report.ok:
             self.report_resume(report)
         trained: dict[str, list[dict[str, Any]]] = {}
-        for role in ("actor_train", "critic"):
+        for role in topology.TRAINING_ROLES:
             if role in self.groups:
                 trained[role] = self.groups[role].call_all(roles.Trained.load_checkpoint, str(path))
-        for role in ("actor_infer", "reference"):
-            if role in self.groups:
+        for role in topology.COMPUTING_ROLES:  # the others' RNG: actor_infer, reference
+            if role in self.groups and role not in topology.TRAINING_ROLES:
                 self.groups[role].call_all(roles.Role.load_rng, str(path))
         ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=True))
         self.sync_weights()
         report.rng = resume_report.restored_rng(path)
         report.optimizer = resume_report.restored_training(trained)
-        report.kl = {"type": kind, "value": self.kl_ctrl.value, **kl_state}
-        report.reward_norm = self.reward_state.state_dict()
+        report.kl = {"type": kind, "value": self.learner.kl_ctrl.value, **kl_state}
+        report.reward_norm = self.learner.reward_state.state_dict()
         self.report_resume(report)
         return held
 
@@ -823,7 +640,3 @@ def resume_target(cfg: PipelineConfig, root: Path) -> Path | None:
         raise ValueError("resume_from_checkpoint: resume_mode 'path' needs a checkpoint path here")
     return ckpt.resolve_resume_path(cfg.resume_from_checkpoint, root)
 
-
-def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
-    keys = dicts[0].keys()
-    return {k: sum(d[k] for d in dicts) / len(dicts) for k in keys}

@@ -4,15 +4,17 @@ the config names, and its full weights for the rollout engine and for Hugging Fa
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from trainer.algorithms import kl as kl_algos
 from trainer.algorithms import policy_loss as pl
+from trainer.algorithms import registry
 from trainer.algorithms.aggregation import LossAgg
 from trainer.config.topology import train_shape
 from trainer.models import adapters, lora
@@ -31,8 +33,8 @@ from trainer.roles.common import (
     seed_training_role,
 )
 from trainer.roles.profiling import profiled
-from trainer.train.base import LossFn, TrainStrategy, weight_buckets
-from trainer.train.ppo_update import ppo_update
+from trainer.train.base import TrainStrategy, weight_buckets
+from trainer.train.ppo_update import NormalisedLossFn, Normalisers, ppo_update
 
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
@@ -49,7 +51,7 @@ class TrainedRole(RoleBase):
     role_prefix: str
     strategy: TrainStrategy
 
-    def update(self, batch: dict[str, Tensor], step: int, loss_fn: LossFn) -> dict[str, float]:
+    def update(self, batch: dict[str, Tensor], step: int, loss_fn: NormalisedLossFn) -> dict[str, float]:
         shape = train_shape(self.cfg, self.role, self.world_size)
         metrics = ppo_update(self.strategy, batch, shape, loss_fn, seed=self.cfg.seed, step=step,
                              micro_batching=micro_batching(self.cfg, self.role, "train"))
@@ -72,6 +74,7 @@ class ActorTrainWorker(TrainedRole):
         seed_training_role(cfg, role, rank)
         model = load_role_model(cfg, role, training=True)
         self.temperature = sampling_temperature(cfg)
+        self.loss_spec = LossSpec.from_config(cfg)
         self.strategy = build_train_strategy(cfg, role, model, rank, world_size)
         args = role_section(cfg, role).model_args
         # the engine and the HF export get W + scaling · B @ A under the plain names
@@ -87,7 +90,7 @@ class ActorTrainWorker(TrainedRole):
 
     @profiled
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
-        return self.update(batch, step, partial(actor_loss, self.cfg, self.temperature))
+        return self.update(batch, step, partial(actor_loss, self.loss_spec, self.temperature))
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """The policy's full weights under the plain model's names (LoRA merged in); rank 0's, `{}` on the
@@ -130,73 +133,108 @@ class ActorTrainWorker(TrainedRole):
         load_tokenizer(tokenizer_path).save_pretrained(path)
 
 
-def loss_agg(cfg: PipelineConfig, mb: dict[str, Tensor]) -> LossAgg:
-    """The config's aggregation over the GLOBAL counts ppo_update attached to the micro-batch."""
-    return LossAgg(
-        cfg.loss_agg_mode,
-        global_num_tokens=float(mb["global_tokens"][0]),
-        global_num_seqs=float(mb["global_seqs"][0]),
-        norm_length=cfg.response_length,
-    )
+@dataclass(frozen=True)
+class LossSpec:
+    """The loss knobs of the trained roles, and nothing else of the config: what `actor_loss` and
+    `critic_loss` read (the narrow view of the `PipelineConfig`, like `TrainShape` for the batch
+    arithmetic). `policy_loss` is the resolved name in `trainer.algorithms.registry.POLICY_LOSSES`:
+    `topr` with `use_topr_loss`, `topr_token` with ROLL's `actor_train.pg_variant: topr`, `pg` with ROLL's
+    `use_policy_loss_type: PG`, else `policy_loss` (ppo, gspo)."""
+
+    policy_loss: str = "ppo"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip_c: float | None = None  # clip_ratio_c where dual_clip_loss is set
+    topr_positive_weight: float = 1.0
+    topr_negative_weight: float = 1.0
+    loss_agg_mode: str = "token-mean"
+    norm_length: int | None = None  # response_length (seq-mean-token-sum-norm)
+    rl_loss_coef: float = 1.0
+    entropy_loss_coef: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.0
+    kl_penalty: str = "kl"
+    use_topr_neg_loss_coef: float = 0.0
+    value_clip: float | None = None
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig) -> LossSpec:
+        clip_low, clip_high = cfg.clip_range()
+        name = ("topr" if cfg.use_topr_loss else "topr_token" if cfg.actor_train.pg_variant == "topr"
+                else "pg" if cfg.use_policy_loss_type == "PG" else cfg.policy_loss)
+        registry.get_policy_loss(name)  # an unknown name fails here, naming the valid ones
+        return cls(
+            policy_loss=name, clip_low=clip_low, clip_high=clip_high,
+            dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None,
+            topr_positive_weight=cfg.actor_train.topr_positive_weight,
+            topr_negative_weight=cfg.actor_train.topr_negative_weight,
+            loss_agg_mode=cfg.loss_agg_mode, norm_length=cfg.response_length, rl_loss_coef=cfg.rl_loss_coef,
+            entropy_loss_coef=cfg.entropy_loss_coef, use_kl_loss=cfg.use_kl_loss, kl_loss_coef=cfg.kl_loss_coef,
+            kl_penalty=cfg.kl_penalty, use_topr_neg_loss_coef=cfg.use_topr_neg_loss_coef, value_clip=cfg.value_clip,
+        )
+
+    def loss_agg(self, norm: Normalisers) -> LossAgg:
+        """The aggregation over the GLOBAL counts ppo_update passes with the micro-batch."""
+        return LossAgg(self.loss_agg_mode, global_num_tokens=norm.tokens, global_num_seqs=norm.seqs,
+                       norm_length=self.norm_length)
+
+    def policy_loss_options(self, mb: dict[str, Tensor]) -> dict[str, Any]:
+        """The keyword arguments of the named policy loss beyond (log π, log π_old, A, mask, agg, weights):
+        POLICY_LOSS_OPTIONS names them, the spec and the micro-batch (`scores`) give their values."""
+        values = {"clip_low": self.clip_low, "clip_high": self.clip_high, "dual_clip_c": self.dual_clip_c,
+                  "positive_weight": self.topr_positive_weight, "negative_weight": self.topr_negative_weight}
+        return {name: mb["scores"] if name == "scores" else values[name]
+                for name in POLICY_LOSS_OPTIONS[self.policy_loss]}
 
 
-def actor_loss(cfg: PipelineConfig, temperature: float, model: nn.Module,
-               mb: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-    """The policy loss the config names (`ppo`, `gspo`, `topr` with `use_topr_loss`, `topr_token` with
-    ROLL's `actor_train.pg_variant: topr`, or `pg` with ROLL's `use_policy_loss_type: PG`), the clipped ones
-    with the clip range `pg_clip_low`/`pg_clip_high` (else `pg_clip`), plus the entropy and KL terms and
-    TOPR's negative-sample term:
+# the options each policy loss of trainer.algorithms.registry takes (keyword arguments of its function)
+POLICY_LOSS_OPTIONS: dict[str, tuple[str, ...]] = {
+    "ppo": ("clip_low", "clip_high", "dual_clip_c"),
+    "pg": (),
+    "gspo": ("clip_low", "clip_high"),
+    "topr": ("scores",),
+    "topr_token": ("scores", "positive_weight", "negative_weight"),
+}
+
+
+def actor_loss(spec: LossSpec, temperature: float, model: nn.Module, mb: dict[str, Tensor], *,
+               norm: Normalisers) -> tuple[Tensor, dict[str, float]]:
+    """The policy loss `spec` names (LossSpec.policy_loss, looked up in trainer.algorithms.registry), the
+    clipped ones with the clip range `pg_clip_low`/`pg_clip_high` (else `pg_clip`), plus the entropy and KL
+    terms and TOPR's negative-sample term:
 
         loss = rl_loss_coef · L_pg + kl_loss_coef · KL(π, π_ref) − entropy_loss_coef · H(π)
                + use_topr_neg_loss_coef · L_topr−
 
+    Every term is divided by the global normalisers `norm` (ppo_update's, per mini-batch).
     A micro-batch may carry `sample_weights` [batch] (difficulty / length loss weights): they weight
     the policy-gradient term only, as ROLL does, not the entropy or KL terms. It may carry
     `train_infer_weights` [batch, len] (train_infer_correction's is_weight, trainer.algorithms.train_infer):
     w_t multiplies token t's policy-gradient term only, as ROLL multiplies its pg loss; every L_pg here is
     positively homogeneous in the advantage (clips and dual clip included), so that is L_pg with w_t·A_t."""
-    clip_low, clip_high = cfg.clip_range()
     mask = mb["response_mask"]
     logits, log_probs = response_logits_and_logprobs(model, mb, temperature)
-    agg = loss_agg(cfg, mb)
+    agg = spec.loss_agg(norm)
     # absent when this is the only update on fresh rollouts: then π_old = π (ratio 1, exact)
     old = mb["old_log_probs"] if "old_log_probs" in mb else log_probs.detach()
     weights = mb.get("sample_weights")
     # the policy-gradient term's advantages, weighted by train_infer_correction's is_weight where it acts
     adv = mb["advantages"] * mb["train_infer_weights"] if "train_infer_weights" in mb else mb["advantages"]
-    name = ("topr" if cfg.use_topr_loss else "topr_token" if cfg.actor_train.pg_variant == "topr"
-            else "pg" if cfg.use_policy_loss_type == "PG" else cfg.policy_loss)
-    if name == "ppo":
-        out = pl.ppo_policy_loss(
-            log_probs, old, adv, mask, clip_low=clip_low, clip_high=clip_high,
-            dual_clip_c=cfg.clip_ratio_c if cfg.dual_clip_loss else None, agg=agg, sample_weights=weights,
-        )
-    elif name == "pg":
-        out = pl.pg_policy_loss(log_probs, old, adv, mask, agg=agg, sample_weights=weights)
-    elif name == "gspo":
-        out = pl.gspo_policy_loss(log_probs, old, adv, mask, clip_low=clip_low,
-                                  clip_high=clip_high, agg=agg, sample_weights=weights)
-    elif name == "topr":
-        out = pl.topr_policy_loss(log_probs, old, adv, mask, mb["scores"], agg=agg,
-                                  sample_weights=weights)
-    else:
-        out = pl.topr_token_policy_loss(
-            log_probs, old, adv, mask, mb["scores"], agg=agg, sample_weights=weights,
-            positive_weight=cfg.actor_train.topr_positive_weight, negative_weight=cfg.actor_train.topr_negative_weight,
-        )
+    out = registry.get_policy_loss(spec.policy_loss)(log_probs, old, adv, mask, agg=agg, sample_weights=weights,
+                                                     **spec.policy_loss_options(mb))
     entropy = pl.entropy_loss(per_response_token(pl.entropy_from_logits(logits), mb), mask, agg)
     kl_term = None
-    if cfg.use_kl_loss:
-        kl_term = kl_algos.kl_loss(log_probs, mb["ref_log_probs"], mask, cfg.kl_penalty, agg)
+    if spec.use_kl_loss:
+        kl_term = kl_algos.kl_loss(log_probs, mb["ref_log_probs"], mask, spec.kl_penalty, agg)
     topr_negative = (pl.topr_negative_loss(log_probs, old, mb["advantages"], mask, mb["scores"], agg)
-                     if cfg.use_topr_neg_loss_coef else None)
+                     if spec.use_topr_neg_loss_coef else None)
     total = pl.actor_loss(
-        out.loss, rl_loss_coef=cfg.rl_loss_coef,
-        kl=kl_term, kl_loss_coef=cfg.kl_loss_coef if kl_term is not None else 0.0,
-        entropy=entropy if cfg.entropy_loss_coef else None, entropy_loss_coef=cfg.entropy_loss_coef,
-        topr_negative=topr_negative, use_topr_neg_loss_coef=cfg.use_topr_neg_loss_coef,
+        out.loss, rl_loss_coef=spec.rl_loss_coef,
+        kl=kl_term, kl_loss_coef=spec.kl_loss_coef if kl_term is not None else 0.0,
+        entropy=entropy if spec.entropy_loss_coef else None, entropy_loss_coef=spec.entropy_loss_coef,
+        topr_negative=topr_negative, use_topr_neg_loss_coef=spec.use_topr_neg_loss_coef,
     )
-    scale = float(mb["metric_scale"][0])
+    scale = norm.metric_scale
     metrics = {k: v for k, v in out.metrics.items() if k != "pg_loss"}
     metrics |= {verl: metrics[ours] for ours, verl in VERL_ACTOR_METRICS.items() if ours in metrics}
     metrics["pg_loss"] = out.metrics["pg_loss"] * scale

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from trainer.algorithms import policy_loss as pl
 from trainer.models.value import ValueModel, response_values
-from trainer.roles.actor import TrainedRole, loss_agg
+from trainer.roles.actor import LossSpec, TrainedRole
 from trainer.roles.common import (
     build_train_strategy,
     forward_in_chunks,
@@ -19,6 +19,7 @@ from trainer.roles.common import (
     seed_training_role,
 )
 from trainer.roles.profiling import profiled
+from trainer.train.ppo_update import Normalisers
 
 if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
@@ -32,6 +33,7 @@ class CriticWorker(TrainedRole):
         seed_training_role(cfg, role, rank, offset=17)
         model = ValueModel(load_role_model(cfg, role, training=True))
         self.strategy = build_train_strategy(cfg, role, model, rank, world_size)
+        self.loss_spec = LossSpec.from_config(cfg)
 
     @profiled
     def compute_values(self, batch: dict[str, Tensor]) -> Tensor:
@@ -40,14 +42,16 @@ class CriticWorker(TrainedRole):
 
     @profiled
     def train_step(self, batch: dict[str, Tensor], step: int) -> dict[str, float]:
-        return self.update(batch, step, partial(critic_loss, self.cfg))
+        return self.update(batch, step, partial(critic_loss, self.loss_spec))
 
 
-def critic_loss(cfg: PipelineConfig, model: nn.Module, mb: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-    """The clipped value loss (value_clip) of the predicted values against the returns."""
+def critic_loss(spec: LossSpec, model: nn.Module, mb: dict[str, Tensor], *,
+                norm: Normalisers) -> tuple[Tensor, dict[str, float]]:
+    """The clipped value loss (value_clip) of the predicted values against the returns, over the global
+    normalisers `norm` (ppo_update's)."""
     values = response_values(model, mb)
     out = pl.value_loss(values, mb["values"], mb["returns"], mb["response_mask"],
-                        value_clip=cfg.value_clip, agg=loss_agg(cfg, mb))
+                        value_clip=spec.value_clip, agg=spec.loss_agg(norm))
     metrics = dict(out.metrics)
-    metrics["vf_loss"] *= float(mb["metric_scale"][0])
+    metrics["vf_loss"] *= norm.metric_scale
     return out.loss, metrics

@@ -5,15 +5,19 @@ mini-batches (one optimizer step each) and micro-batches (one forward/backward e
         for mini in shuffle(rows) / rows_per_mini_batch:           # one optimizer step
             micro = mini / per_device_train_batch_size               # gradient accumulation
                     (or by a token budget / packed: micro_batches.py; every rank the same count)
-            every micro carries the mini-batch's GLOBAL token and sequence counts (summed over the
-            data-parallel ranks), so each loss is already divided by the global normaliser
-            strategy.train_step(micro, loss_fn)
+            norm = the mini-batch's GLOBAL token and sequence counts (summed over the data-parallel
+                   ranks), passed to the loss as an argument: each loss is already divided by them
+            strategy.train_step(micro, partial(loss_fn, norm=norm))
 
 The shuffle is seeded by (run seed, step, epoch, data-parallel rank): a resumed run cuts the same
 mini-batches as an uninterrupted one.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -22,10 +26,27 @@ from torch import Tensor
 from trainer.config.topology import TrainShape
 from trainer.models.batch import split_rows
 from trainer.models.micro_batches import MicroBatching, micro_batch, plan_groups
-from trainer.train.base import DataParallel, LossFn, TrainStrategy, max_over_ranks
+from trainer.train.base import DataParallel, TrainStrategy, max_over_ranks
 
 
-def ppo_update(strategy: TrainStrategy, batch: dict[str, Tensor], shape: TrainShape, loss_fn: LossFn, *,
+@dataclass(frozen=True)
+class Normalisers:
+    """The loss normalisers of one mini-batch (one optimizer step), the same for each of its micro-batches:
+    real tokens and non-empty sequences summed over the data-parallel ranks, and the metric scale
+    (micro-batches per rank × ranks, so that the partial losses the strategy and the driver average equal
+    the mini-batch's loss)."""
+
+    tokens: float
+    seqs: float
+    metric_scale: float = 1.0
+
+
+NormalisedLossFn = Callable[..., tuple[Tensor, dict[str, float]]]
+"""(model, micro_batch, *, norm: Normalisers) -> (loss divided by the global normaliser, float metrics);
+ppo_update binds `norm` per mini-batch, which leaves the strategies' `LossFn` (model, micro_batch)."""
+
+
+def ppo_update(strategy: TrainStrategy, batch: dict[str, Tensor], shape: TrainShape, loss_fn: NormalisedLossFn, *,
                seed: int, step: int, micro_batching: MicroBatching | None = None) -> dict[str, float]:
     """Every optimizer step of one rollout's update on this rank; the strategy's metrics averaged
     over the steps (`loss` as the global objective: this rank's share × data-parallel size).
@@ -38,8 +59,9 @@ def ppo_update(strategy: TrainStrategy, batch: dict[str, Tensor], shape: TrainSh
         for mini in mini_batches(rows, shape, order_seed):
             micro = (split_rows(mini, shape.micro_batch) if micro_batching is None
                      else cut_micro_batches(mini, micro_batching, dp))
-            attach_normalisers(micro, *global_counts(mini, dp.size, dp.group), dp.size)
-            result = strategy.train_step(micro, loss_fn)
+            tokens, seqs = global_counts(mini, dp.size, dp.group)
+            norm = Normalisers(float(tokens), float(seqs), metric_scale=float(len(micro) * dp.size))
+            result = strategy.train_step(micro, partial(loss_fn, norm=norm))
             result["loss"] = result["loss"] * dp.size
             for key, value in result.items():
                 totals.setdefault(key, []).append(float(value))
@@ -79,14 +101,7 @@ def global_counts(mini: dict[str, Tensor], dp_size: int, dp_group: object) -> tu
     return counts[0], counts[1]
 
 
-def attach_normalisers(micro: list[dict[str, Tensor]], global_tokens: Tensor, global_seqs: Tensor,
-                       dp_size: int) -> None:
-    """Add the global normalisers and the metric scale (micro-batches per rank × ranks, so that the
-    partial losses the strategy and the driver average equal the mini-batch's loss) to every
-    micro-batch, one value per row."""
-    scale = torch.tensor(float(len(micro) * dp_size))
-    for m in micro:
-        rows = m["response_mask"].size(0)
-        m["global_tokens"] = global_tokens.expand(rows)
-        m["global_seqs"] = global_seqs.expand(rows)
-        m["metric_scale"] = scale.expand(rows)
+def normalisers_of(rows: dict[str, Tensor]) -> Normalisers:
+    """One micro-batch that is its own mini-batch on one rank (no data parallelism): its own counts."""
+    mask = rows["response_mask"] > 0
+    return Normalisers(float(mask.sum()), float(mask.any(-1).sum()))

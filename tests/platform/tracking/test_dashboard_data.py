@@ -250,9 +250,9 @@ def test_every_stop_and_done_reason_of_the_trainer_has_words() -> None:
 
 def trainer_async_keys() -> set[str]:
     """The `async/` metric keys the trainer writes: literal keys, and the off-policy ratio statistics it
-    prefixes with `async/` (trainer/pipeline/rlvr.py: f"async/{k}" over importance_ratio_stats)."""
+    prefixes with `async/` (trainer/pipeline/learner.py: f"async/{k}" over importance_ratio_stats)."""
     literal = set()
-    for path in ("trainer/pipeline/rlvr.py", "trainer/pipeline/async_rollout.py"):
+    for path in ("trainer/pipeline/rlvr.py", "trainer/pipeline/learner.py", "trainer/pipeline/async_rollout.py"):
         literal |= set(re.findall(r'"(async/[a-z_]+)"', (REPO_ROOT / path).read_text()))
     stats = (REPO_ROOT / "trainer/algorithms/off_policy.py").read_text()
     body = stats[stats.index("def importance_ratio_stats"):]

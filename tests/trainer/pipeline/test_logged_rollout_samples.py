@@ -71,12 +71,12 @@ def test_a_logged_sample_carries_the_trainers_log_probs_of_its_own_tokens() -> N
                                tokenizer=tokenizer, emitter=emitter)
     gens = [Generation(0, 0, [5, 6], [-0.1, -0.2], "stop"), Generation(0, 1, [7], [-0.4], "stop")]
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    batch = {"old_log_probs": torch.tensor([[-0.125, -0.25], [-0.5, -7.0]])}
-    trainer = RLVRPipeline.trainer_log_probs(pipeline, batch)
+    old_log_probs = torch.tensor([[-0.125, -0.25], [-0.5, -7.0]])  # the learner's (LearnResult.old_log_probs)
+    trainer = RLVRPipeline.trainer_log_probs(pipeline, old_log_probs)
     RLVRPipeline.emit_rollouts(pipeline, 1, [{"prompt": "p", "input_ids": [1]}], gens, ["ab", "c"],
                                torch.tensor([1.0, 0.0]), torch.zeros(2, 2), mask, trainer_log_probs=trainer)
     (samples,) = sent
     assert [s["token_logprobs_trainer"] for s in samples] == [[-0.125, -0.25], [-0.5]]
     assert [s["token_logprobs"] for s in samples] == [[-0.1, -0.2], [-0.4]]
     pipeline.cfg.use_rollout_log_probs = True
-    assert RLVRPipeline.trainer_log_probs(pipeline, {**batch, "old_log_probs": torch.zeros(2, 2)}) is None
+    assert RLVRPipeline.trainer_log_probs(pipeline, torch.zeros(2, 2)) is None

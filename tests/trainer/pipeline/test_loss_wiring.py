@@ -12,10 +12,16 @@ import torch
 
 from tests.trainer.pipeline.conftest import load_cfg
 from trainer.models.batch import build_batch, response_logits, token_logprobs
-from trainer.roles.actor import actor_loss as loop_actor_loss
-from trainer.train.ppo_update import attach_normalisers
+from trainer.roles import actor as roles_actor
+from trainer.train.ppo_update import normalisers_of
 
 TEMPERATURE = 1.0
+
+
+def loop_actor_loss(cfg, temperature: float, model, mb: dict[str, torch.Tensor]):
+    """The loop's actor loss: the config's LossSpec, the micro-batch its own mini-batch (ppo_update's normalisers)."""
+    return roles_actor.actor_loss(roles_actor.LossSpec.from_config(cfg), temperature, model, mb,
+                                  norm=normalisers_of(mb))
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +38,6 @@ def micro(model) -> dict[str, torch.Tensor]:
     mb["ref_log_probs"] = new + 0.1 * shift
     mb["advantages"] = torch.tensor([[1.0] * 3, [-1.0] * 3, [0.5] * 3, [-2.0] * 3])
     mb["scores"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    mask = mb["response_mask"]
-    attach_normalisers([mb], mask.sum(), (mask.sum(-1) > 0).sum().float(), dp_size=1)
     return mb
 
 

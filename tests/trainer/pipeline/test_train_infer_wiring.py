@@ -7,18 +7,23 @@ engine log-probs that differ from actor_train's, and the correction must change 
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from tests.trainer.pipeline.conftest import load_cfg, metrics_by_step, run_local
 from trainer.models.batch import build_batch, response_logits, token_logprobs
-from trainer.pipeline.rlvr import RLVRPipeline
-from trainer.roles.actor import actor_loss as loop_actor_loss
-from trainer.train.ppo_update import attach_normalisers
+from trainer.pipeline.learner import correct_train_infer
+from trainer.roles import actor as roles_actor
+from trainer.train.ppo_update import normalisers_of
 
 TEMPERATURE = 1.0
+
+
+def loop_actor_loss(cfg, temperature: float, model, mb: dict[str, torch.Tensor]):
+    """The loop's actor loss: the config's LossSpec, the micro-batch its own mini-batch (ppo_update's normalisers)."""
+    return roles_actor.actor_loss(roles_actor.LossSpec.from_config(cfg), temperature, model, mb,
+                                  norm=normalisers_of(mb))
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +36,6 @@ def micro(model) -> dict[str, torch.Tensor]:
     mb["old_log_probs"] = new + torch.tensor([[0.45, -0.3, 0.1], [-0.5, 0.3, 0.0], [0.2, -0.1, 0.35], [-0.4, 0.0, 0.0]])
     mb["advantages"] = torch.tensor([[1.0] * 3, [-1.0] * 3, [0.5] * 3, [-2.0] * 3])
     mb["scores"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    mask = mb["response_mask"]
-    attach_normalisers([mb], mask.sum(), (mask.sum(-1) > 0).sum().float(), dp_size=1)
     return mb
 
 
@@ -78,12 +81,10 @@ def test_the_correction_touches_only_the_rows_it_is_given(tmp_path: Path) -> Non
     """Stale rows (off_policy_correction corrects them) keep their mask and weight 1; a fresh row is filtered."""
     cfg = load_cfg(tmp_path, "train_infer_correction.is_weight.enabled=true",
                    "train_infer_correction.filters=[{enabled: true, ratio_low: 0.9, ratio_high: 1.1}]")
-    pipeline = SimpleNamespace(cfg=cfg)
     mask = torch.ones(2, 3, dtype=torch.long)
     old = torch.tensor([[0.0, 0.5, 0.0], [0.0, 0.5, 0.0]])  # token 1: ρ = e^0.5 ≈ 1.65 in both rows
     batch = {"response_mask": mask, "advantages": torch.ones(2, 3)}
-    out, metrics = RLVRPipeline.correct_train_infer(pipeline, batch, mask, old, torch.zeros(2, 3),
-                                                    rows=torch.tensor([True, False]))
+    out, metrics = correct_train_infer(cfg, batch, mask, old, torch.zeros(2, 3), rows=torch.tensor([True, False]))
     assert out["response_mask"].tolist() == [[1, 0, 1], [1, 1, 1]]
     assert out["train_infer_weights"].tolist() == [pytest.approx([1.0, 1.2, 1.0]), [1.0, 1.0, 1.0]]
     assert metrics["actor/train_infer_masked_fraction"] == pytest.approx(1 / 3)  # of the fresh row's tokens

@@ -96,7 +96,8 @@ def test_vllm_is_imported_only_when_an_engine_starts() -> None:
 def test_logprob_mismatch_over_real_tokens_only() -> None:
     import torch
 
-    from trainer.pipeline.rlvr import logprob_mismatch, rollout_log_probs
+    from trainer.pipeline.learner import logprob_mismatch
+    from trainer.pipeline.rlvr import rollout_log_probs
     from trainer.rollout.base import Generation
 
     gens = [Generation(0, 0, [5, 6], [-1.0, -2.0], "length"), Generation(0, 1, [7], [-0.5], "eos")]

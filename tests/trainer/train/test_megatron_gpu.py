@@ -71,15 +71,13 @@ def test_converted_bf16_logits_equal_the_hf_model_within_bf16_tolerance(nccl_gro
 
 def test_one_grpo_step_lowers_the_loss_on_a_fixed_batch(nccl_group: None) -> None:
     from trainer.config.schema import PipelineConfig
-    from trainer.roles.actor import actor_loss
-    from trainer.train.ppo_update import attach_normalisers
+    from trainer.roles.actor import LossSpec, actor_loss
+    from trainer.train.ppo_update import normalisers_of
 
     cfg = PipelineConfig.model_validate({"adv_estimator": "grpo", "entropy_loss_coef": 0.0})
     batch = rollout_batch(8, seed=12)
     batch["advantages"] = torch.tensor([1.0, -1.0] * 4)[:, None] * batch["response_mask"]
-    mask = batch["response_mask"]
-    attach_normalisers([batch], mask.sum().float(), (mask.sum(-1) > 0).sum().float(), dp_size=1)
-    loss_fn = partial(actor_loss, cfg, 1.0)
+    loss_fn = partial(actor_loss, LossSpec.from_config(cfg), 1.0, norm=normalisers_of(batch))
     strategy = build_strategy(
         "megatron_train",
         tiny_causal_lm("qwen2").to(torch.bfloat16),

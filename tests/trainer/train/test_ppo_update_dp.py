@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from trainer.config.topology import TrainShape
 from trainer.models.batch import build_batch, response_logits, token_logprobs
+from trainer.train.ppo_update import Normalisers
 
 RESPONSE_LENGTHS = ([2, 1, 2, 1], [9, 8, 9, 7])  # rank 0: 6 real tokens, rank 1: 33
 
@@ -29,9 +30,9 @@ def response_nll(model: nn.Module, mb: dict[str, Tensor]) -> Tensor:
     return -(token_logprobs(response_logits(model, mb, 1.0), ids) * mb["response_mask"]).sum()
 
 
-def token_mean(model: nn.Module, mb: dict[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-    """A token-mean loss over the normaliser ppo_update attached (the global token count)."""
-    return response_nll(model, mb) / mb["global_tokens"][0], {}
+def token_mean(model: nn.Module, mb: dict[str, Tensor], *, norm: Normalisers) -> tuple[Tensor, dict[str, float]]:
+    """A token-mean loss over the normaliser ppo_update passes (the global token count)."""
+    return response_nll(model, mb) / norm.tokens, {}
 
 
 def update_on_rank(rank: int, port: int, queue: mp.Queue) -> None:

@@ -218,7 +218,7 @@ class TrainStrategyBase(StrategyBase):
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # true gradients for the norm, the clip and the step
         grad_norm = clip_grad_norm(list(self.model.parameters()), self.optim.max_grad_norm)
-        stepped = optimizer_step(self.optimizer, self.scheduler, grad_norm)
+        stepped = optimizer_step(self.optimizer, self.scheduler, grad_norm, self.optim)
         if self.scaler is not None:
             self.scaler.update()  # halves the scale after an inf/NaN gradient, grows it after a run of finite ones
         return {**metrics, **stepped, "loss": loss_sum.item()}
@@ -425,19 +425,38 @@ def accumulate_gradients(
     return loss_sum, {k: v / len(micro_batches) for k, v in metric_sums.items()}
 
 
-def optimizer_step(
-    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, grad_norm: Tensor
-) -> dict[str, float]:
-    """Step the optimizer unless the gradient norm is inf/NaN (then skip that update, as verl does);
-    the schedule advances either way. Returns the LR this step used."""
-    lr = scheduler.get_last_lr()[0]
-    finite = bool(torch.isfinite(grad_norm).item())
-    if finite:
-        optimizer.step()
+def write_lr(optimizer: Any, optim: OptimConfig, step: int) -> float:
+    """The LR of optimizer step `step` (0-based; lr × lr_multiplier) written into every parameter group of
+    `optimizer`; returns it. Every strategy calls this before its update (torch/fsdp2, deepspeed, megatron):
+    the schedule advances on every step, skipped ones included."""
+    lr = optim.lr * lr_multiplier(step, optim)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def step_unless_non_finite(grad_norm: float | Tensor, lr: float, *, apply: Callable[[], Any],
+                           discard: Callable[[], Any]) -> dict[str, float]:
+    """Apply the update unless the global gradient norm is inf/NaN (then `discard` the gradients and skip
+    that update, as verl does). Returns the step's reserved metrics: grad_norm, lr, update_skipped. The
+    one skip rule of torch/fsdp2, megatron and deepspeed's stage 0 (ZeRO skips inside its engine)."""
+    norm = float(grad_norm)
+    finite = math.isfinite(norm)
+    (apply if finite else discard)()
+    return {"grad_norm": norm, "lr": float(lr), "update_skipped": float(not finite)}
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
+                   grad_norm: Tensor, optim: OptimConfig) -> dict[str, float]:
+    """torch/fsdp2: this step's LR (write_lr at the scheduler's position), the update unless the gradient
+    norm is inf/NaN (step_unless_non_finite); the LambdaLR scheduler only counts the steps (its position is
+    in the checkpoints)."""
+    lr = write_lr(optimizer, optim, int(scheduler.last_epoch))
+    stepped = step_unless_non_finite(grad_norm, lr, apply=optimizer.step, discard=lambda: None)
     with warnings.catch_warnings():  # after a skipped update torch warns "scheduler before optimizer"
         warnings.simplefilter("ignore", UserWarning)
         scheduler.step()
-    return {"grad_norm": float(grad_norm), "lr": float(lr), "update_skipped": float(not finite)}
+    return stepped
 
 
 @contextmanager

@@ -10,7 +10,7 @@ gradients by the data-parallel size, in every ZeRO stage), so each rank back-pro
 `loss × world_size`: average(world_size · g_r) = Σ_r g_r. DeepSpeed's own 1/gradient_accumulation_steps
 loss scaling is turned off (`scale_wrt_gas=False`): the micro-batch losses already sum to the objective.
 
-The LR follows trainer.train.base.lr_multiplier, set on the optimizer before each step (not a
+The LR follows trainer.train.base.lr_multiplier, written by base.write_lr before each step (not a
 DeepSpeed scheduler, which would not advance on a skipped step as ours does).
 
 Compiled ops (CPU Adam for optimizer offload, the CPU communication op) are built on first use into
@@ -44,10 +44,11 @@ from trainer.train.base import (
     accumulate_gradients,
     build_optimizer,
     clip_grad_norm,
-    lr_multiplier,
     require_process_group,
     require_same_micro_batch_count,
+    step_unless_non_finite,
     trainable_parameters,
+    write_lr,
 )
 from trainer.train.deepspeed_config import (
     build_ds_config,
@@ -194,21 +195,14 @@ class DeepSpeedStrategy(StrategyBase):
         ZeRO (and DeepSpeed's bf16/fp16 optimizers) measure the global norm and skip by themselves.
         Plain fp32 data parallelism (stage 0) steps our AdamW directly on whole, already reduced
         gradients: the norm and the skip are ours there."""
-        lr = self.optim.lr * lr_multiplier(self.optimizer_steps, self.optim)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = write_lr(self.optimizer, self.optim, self.optimizer_steps)
         self.optimizer_steps += 1
         if self.engine.optimizer is self.optimizer:
             grad_norm = clip_grad_norm(list(self.model.parameters()), None)
-            skipped = not bool(torch.isfinite(grad_norm).item())
-            if skipped:
-                self.engine.zero_grad()
-            else:
-                self.engine.step()
-        else:
-            self.engine.step()
-            grad_norm = self.engine.get_global_grad_norm()
-            skipped = not self.engine.was_step_applied()
+            return step_unless_non_finite(grad_norm, lr, apply=self.engine.step, discard=self.engine.zero_grad)
+        self.engine.step()
+        grad_norm = self.engine.get_global_grad_norm()
+        skipped = not self.engine.was_step_applied()
         return {"grad_norm": float(grad_norm), "lr": float(lr), "update_skipped": float(skipped)}
 
     def progress(self) -> dict[str, int | None]:

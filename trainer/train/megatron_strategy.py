@@ -12,8 +12,8 @@ same Hugging Face model on every rank. Each strategy
    layers otherwise, converts the HF weights to this rank's TP/PP shard (trainer.models.megatron_convert)
    and loads them; the HF model is kept only as a weight-less skeleton (meta device) for save_pretrained;
 4. trains with megatron's pipeline schedules, DDP (fp32 gradient buffers) and optimizer (optionally the
-   distributed one); the LR schedule (lr_multiplier), global-norm clipping and the skip of a non-finite
-   update are ours, as for every strategy here.
+   distributed one); the LR schedule (base.write_lr), global-norm clipping and the skip of a non-finite
+   update (base.step_unless_non_finite) are ours, as for every strategy here.
 
 Rows: the ranks of one model-parallel group (TP × PP) compute on the same rows. The worker groups hand
 every rank its own slice of a batch; `join_model_parallel_rows` gathers the group's slices (the rows of
@@ -72,10 +72,11 @@ from trainer.train.base import (
     OptimConfig,
     StrategyBase,
     check_loss_metrics,
-    lr_multiplier,
     require_process_group,
     require_same_micro_batch_count,
+    step_unless_non_finite,
     to_device,
+    write_lr,
 )
 from trainer.train.megatron_config import (
     MegatronOptions,
@@ -631,16 +632,12 @@ class MegatronStrategy(_MegatronModel):
     def _optimizer_step(self) -> dict[str, float]:
         """Write this step's LR, measure the global gradient norm, skip a non-finite update (the
         schedule advances either way), clip to max_grad_norm, step."""
-        lr = self.optim.lr * lr_multiplier(self.optimizer_steps, self.optim)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = write_lr(self.optimizer, self.optim, self.optimizer_steps)
         self.optimizer_steps += 1
         found_inf = self.optimizer.prepare_grads()  # fp16: unscales and updates the loss scale
         grad_norm = math.inf if found_inf else float(self.optimizer.get_grad_norm())
-        skipped = not math.isfinite(grad_norm)
-        if skipped:
-            self.optimizer.zero_grad()
-        else:
+
+        def clip_and_step() -> None:
             if self.optim.max_grad_norm is not None:
                 for sub in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
                     params = sub.get_parameters()
@@ -649,7 +646,8 @@ class MegatronStrategy(_MegatronModel):
                             params, max_norm=self.optim.max_grad_norm, total_norm=grad_norm
                         )
             self.optimizer.step_with_ready_grads()
-        return {"grad_norm": grad_norm, "lr": float(lr), "update_skipped": float(skipped)}
+
+        return step_unless_non_finite(grad_norm, lr, apply=clip_and_step, discard=self.optimizer.zero_grad)
 
     def progress(self) -> dict[str, int | None]:
         """The LR schedule's position (optimizer_steps, skipped updates included); megatron's optimizer keeps

@@ -295,7 +295,7 @@ def stored_seqs(run: Run, after: int, limit: int) -> list[int]:
     """The first `limit` event seqs above `after` that left rows (status events leave none: their effect
     is the run's state)."""
     found: set[int] = set()
-    for model in (MetricPoint, SystemPoint, RolloutSample, Checkpoint, LogLine):
+    for model in (MetricPoint, SystemPoint, RolloutSample, Checkpoint, LogLine, RunAlert):
         rows = model.objects.filter(run=run, seq__gt=after).order_by("seq").values_list("seq", flat=True).distinct()
         found.update(rows[:limit])
     return sorted(found)[:limit]
@@ -355,6 +355,8 @@ def rebuild_events(run: Run, after_seq: int, upto_seq: int) -> list[dict[str, An
         data = event("log", line.seq, 0, line.time, line.attempt)["data"]
         data["level"] = line.level
         data.setdefault("lines", []).append(log_text(line.text, run.run_dir))
+    for alert in RunAlert.objects.filter(**window):  # as sent live (ingest.live_event): the page fetches the rest
+        event("alert", alert.seq, alert.step, alert.time.timestamp(), alert.attempt)["data"] = {"kind": alert.kind}
     return sorted(events.values(), key=lambda e: e["seq"])
 
 

@@ -54,6 +54,26 @@ def test_alerts_are_stored_once_with_step_metric_threshold_and_samples(make_run)
     assert live_event(events[0], run.run_dir)["data"] == {"kind": "entropy_collapse"}  # the page fetches the rest
 
 
+def test_a_page_that_connects_after_an_alert_is_stored_gets_it_in_the_replay(make_run) -> None:
+    # the run page renders its alert list, then opens its websocket from the seq it rendered: an alert stored in
+    # between reaches it only through the replay (and the events API), as the live event would (kind only: the page
+    # fetches the section)
+    from policylab.tracking.selectors import events_after, events_page
+
+    run = make_run()
+    events = trainer_alerts(run.pk)
+    ingest_events(events, publish=False)
+    replay = events_after(run, 10)
+    assert replay is not None
+    expected = [{k: e[k] for k in ("type", "seq", "step", "attempt")} | {"data": live_event(e, run.run_dir)["data"]}
+                for e in events[1:]]
+    assert [{k: e[k] for k in ("type", "seq", "step", "attempt", "data")} for e in replay["events"]] == expected
+    assert expected[0]["data"] == {"kind": events[1]["data"]["kind"]}
+    page = events_page(run, after=0, limit=100)
+    assert [(e["type"], e["seq"]) for e in page["events"]] == [("alert", 10), ("alert", 11), ("alert", 12)]
+    assert page["events"][0]["time"] == pytest.approx(events[0]["time"])
+
+
 def test_api_and_run_page_show_alerts_to_the_team_only(make_run, user, other_user) -> None:
     run = make_run(user=user)
     ingest_events(trainer_alerts(run.pk), publish=False)

@@ -69,6 +69,28 @@ class Ledger:
             self.fd = -1
 
 
+@dataclass(frozen=True)
+class PositionGap:
+    """Sampler stream positions [start, stop) between where the records stand and where the next draw (or
+    a checkpoint's sampler) is: `lost` (skipped, never drawn) or `duplicated` (drawn a second time)."""
+
+    kind: str  # "lost" | "duplicated"
+    start: int
+    stop: int
+
+    @property
+    def prompts(self) -> int:
+        return self.stop - self.start
+
+
+def position_gap(recorded: int | None, actual: int) -> PositionGap | None:
+    """THE position check of the ledger (replayed draws and extensions, a resume record, the resume
+    report): None when the stream position `actual` continues `recorded` (or nothing is recorded yet)."""
+    if recorded is None or actual == recorded:
+        return None
+    return PositionGap("lost", recorded, actual) if actual > recorded else PositionGap("duplicated", actual, recorded)
+
+
 def read_ledger(path: str | Path) -> tuple[list[dict[str, Any] | None], int]:
     """The records in file order (None for a torn or unreadable line, which keeps its line number)
     and how many such lines there were."""
@@ -211,20 +233,11 @@ class _Replay:
 
     def draw(self, line: int, r: dict[str, Any]) -> None:
         out, batch = self.out, int(r["batch"])
-        start, stop, prompts = int(r["from"]), int(r["to"]), [int(p) for p in r["prompts"]]
+        prompts = [int(p) for p in r["prompts"]]
         if batch in out.batches:
             out.duplicated.append(f"batch {batch} drawn twice (line {line + 1})")
             out.duplicated_prompts += len(prompts)
-        if stop - start != len(prompts):
-            out.problems.append(f"line {line + 1}: batch {batch} has {len(prompts)} prompts for stream "
-                                f"positions [{start}, {stop})")
-        if self.position is not None and start > self.position:
-            out.lost.append(f"sampler positions [{self.position}, {start}) skipped before batch {batch}")
-            out.lost_prompts += start - self.position
-        elif self.position is not None and start < self.position:
-            out.duplicated.append(f"sampler positions [{start}, {self.position}) drawn again for batch {batch}")
-            out.duplicated_prompts += self.position - start
-        self.position = stop
+        self._advance(line, r, f"batch {batch}")
         out.batches[batch] = BatchFate(prompts)
 
     def _advance(self, line: int, r: dict[str, Any], what: str) -> None:
@@ -233,12 +246,13 @@ class _Replay:
         if stop - start != len(r["prompts"]):
             out.problems.append(f"line {line + 1}: {what} has {len(r['prompts'])} prompts for stream "
                                 f"positions [{start}, {stop})")
-        if self.position is not None and start > self.position:
-            out.lost.append(f"sampler positions [{self.position}, {start}) skipped before {what}")
-            out.lost_prompts += start - self.position
-        elif self.position is not None and start < self.position:
-            out.duplicated.append(f"sampler positions [{start}, {self.position}) drawn again for {what}")
-            out.duplicated_prompts += self.position - start
+        gap = position_gap(self.position, start)
+        if gap is not None and gap.kind == "lost":
+            out.lost.append(f"sampler positions [{gap.start}, {gap.stop}) skipped before {what}")
+            out.lost_prompts += gap.prompts
+        elif gap is not None:
+            out.duplicated.append(f"sampler positions [{gap.start}, {gap.stop}) drawn again for {what}")
+            out.duplicated_prompts += gap.prompts
         self.position = stop
 
     def extend(self, line: int, r: dict[str, Any], fate: BatchFate) -> None:
@@ -305,7 +319,7 @@ class _Replay:
         if max(self.steps, default=out.inherited_steps) != step:
             out.problems.append(f"resume at step {step}: the records trained up to step "
                                 f"{max(self.steps, default=out.inherited_steps)}")
-        if self.position != position:
+        if position_gap(self.position, position) is not None:
             out.problems.append(f"resume at step {step}: sampler position {position} in the checkpoint, "
                                 f"{self.position} in the records")
         self.position = position

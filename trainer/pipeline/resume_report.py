@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.pipeline.ledger import account, read_ledger
+from trainer.pipeline.ledger import account, position_gap, read_ledger
 
 REPORTS_FILE = "resume_reports.jsonl"
 
@@ -169,14 +169,15 @@ def check_data_and_ledger(report: ResumeReport, *, sampler_state: dict[str, Any]
                                f"{untrained} were drawn and not trained")
     recorded = ledger.position
     report.data["ledger_position"] = recorded
-    if recorded is not None and position < recorded:
+    gap = position_gap(recorded, position)
+    if gap is not None and gap.kind == "duplicated":
         report.problems.append(f"data position moved backwards: the checkpoint's sampler is at stream position "
                                f"{position} ({_epoch_index(report.data)}), the ledger drew up to {recorded}: "
-                               f"prompts [{position}, {recorded}) would be drawn twice")
-    elif recorded is not None and position > recorded:
+                               f"prompts [{gap.start}, {gap.stop}) would be drawn twice")
+    elif gap is not None:
         report.problems.append(f"data position skipped ahead: the checkpoint's sampler is at stream position "
                                f"{position} ({_epoch_index(report.data)}), the ledger drew up to {recorded}: "
-                               f"prompts [{recorded}, {position}) would never be drawn")
+                               f"prompts [{gap.start}, {gap.stop}) would never be drawn")
 
 
 def _epoch_index(data: dict[str, Any]) -> str:

@@ -209,3 +209,15 @@ def _effective(records: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
             for voided in range(r["upto"], line):
                 keep[voided] = False
     return [r for r, k in zip(records, keep, strict=True) if k and r is not None]
+
+
+def test_the_position_check_is_one_function() -> None:
+    """position_gap is the ledger's only position comparison (replayed draws and extensions, resume records, the
+    resume report): nothing recorded or the same position is no gap; ahead is lost, behind is duplicated."""
+    from trainer.pipeline.ledger import PositionGap, position_gap
+
+    assert position_gap(None, 5) is None and position_gap(4, 4) is None
+    assert position_gap(4, 7) == PositionGap("lost", 4, 7) and position_gap(4, 7).prompts == 3
+    assert position_gap(7, 4) == PositionGap("duplicated", 4, 7)
+    source = (REPO_ROOT / "trainer" / "pipeline" / "ledger.py").read_text()
+    assert source.count("start > self.position") == 0 and source.count("start < self.position") == 0

@@ -189,7 +189,8 @@ def test_bad_run_action_input_is_never_a_500(browser, alice, team_a, make_experi
     for data in ({"checkpoint": "abc"}, {"checkpoint": "999999"}, {}):
         assert browser.post(f"/runs/{run.pk}/resume/", data).status_code == 302
         assert browser.post(f"/runs/{run.pk}/fork/", {**data, "overrides": "no equals"}).status_code == 302
-    refused = browser.post(f"/experiments/{run.experiment.pk}/launch/", {"overrides": "max_steps"})
+    refused = browser.post(f"/experiments/{run.experiment.pk}/launch/", {"overrides": "max_steps"}, follow=True)
+    assert refused.redirect_chain == [(f"/experiments/{run.experiment.pk}/#launch-form", 302)]  # POST-redirect-GET
     assert refused.status_code == 200 and "each override must be" in refused.content.decode()  # shown at the form
     assert Run.objects.count() == 1
 

@@ -76,7 +76,8 @@ def test_live_runs_per_team_are_capped_over_the_api_and_the_launch_page(api_alic
     refused = launch(api_alice, experiment)
     assert refused.status_code == 429 and refused.json()["errors"] == [{"field": "", "message": RUNS_QUOTA}]
     page = browser.post(f"/experiments/{experiment.pk}/launch/", {"overrides": "max_steps=3"}, follow=True)
-    assert page.status_code == 200 and not page.redirect_chain  # the experiment page, the refusal at its form
+    # the experiment page (POST-redirect-GET), the refusal at its form
+    assert page.status_code == 200 and page.redirect_chain == [(f"/experiments/{experiment.pk}/#launch-form", 302)]
     assert escape(RUNS_QUOTA) in page.content.decode()
     assert Run.objects.count() == 2
 

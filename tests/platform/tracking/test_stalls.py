@@ -82,3 +82,30 @@ def test_browsers_get_the_stall_without_its_stacks(make_run, runs_dir) -> None:
     run = make_run()
     live = live_event(event("stall", run.pk, 7, 3, stalled(str(run.run_dir))), run.run_dir)
     assert live["data"] == {"state": "stalled", "phase": "generate"}  # the page fetches the rendered section
+
+
+def test_each_stall_says_how_it_ended_and_a_recovery_never_closes_a_closed_stall(make_run, user, runs_dir) -> None:
+    """Issue 46 item 4: a run that succeeded listed half its stalls as "the attempt ended"; a second recovery of
+    the same phase overwrote the first one's stall and left an earlier one open."""
+    run = make_run(user=user, status=RunStatus.RUNNING)
+    RunAttempt.objects.create(run=run, number=1, status=RunStatus.FAILED)
+    RunAttempt.objects.create(run=run, number=2, status=RunStatus.RUNNING)
+    fail = stalled(str(run.run_dir), "reward") | {"on_stall": "fail"}
+    ingest_events([event("stall", run.pk, 3, 1, stalled(str(run.run_dir))),  # two stalls of generate, both open ...
+                   event("stall", run.pk, 4, 1, stalled(str(run.run_dir))),
+                   event("stall", run.pk, 5, 1, {"state": "recovered", "phase": "generate", "elapsed_s": 0.25}),
+                   event("stall", run.pk, 6, 1, {"state": "recovered", "phase": "generate", "elapsed_s": 0.5}),
+                   event("stall", run.pk, 7, 1, fail),  # ... and one that on_stall: fail ended
+                   event("stall", run.pk, 8, 2, stalled(str(run.run_dir)), attempt=2)], publish=False)
+    assert sorted(RunStall.objects.filter(run=run, phase="generate", attempt=1).values_list(
+        "recovered_after_s", flat=True)) == [0.25, 0.5]  # each closed once
+    run.status = RunStatus.SUCCEEDED
+    run.save(update_fields=["status"])
+    stalls = client_of(user).get(reverse("api:run-detail", args=[run.pk])).json()["stalls"]
+    assert [(s["seq"], s["ended"]) for s in stalls] == [(8, "attempt-ended"), (7, "failed"), (4, "recovered"),
+                                                        (3, "recovered")]
+    by_seq = {s["seq"]: s["ended_text"] for s in stalls}
+    assert by_seq[4] == "recovered: the phase ended by itself after 250 ms"  # the latest open one first
+    assert by_seq[3] == "recovered: the phase ended by itself after 500 ms"
+    assert by_seq[7] == "the watchdog ended attempt 1 without a retry (on_stall: fail)"
+    assert by_seq[8] == "the attempt ended (succeeded) while the phase was still running"

@@ -147,7 +147,7 @@ MUTANTS: tuple[Mutant, ...] = (
            ("tests/trainer/config/test_config_confinement.py",),
            "/data/models-secret passes as inside the read root /data/models, runs/70 inside runs/7 (issue 45)"),
     # --- importers ------------------------------------------------------------------------------
-    Mutant("verl_clip_swap", "trainer/config/importers/verl.py",
+    Mutant("verl_clip_swap", "trainer/config/importers/verl_rules.py",
            'Rule(f"{ARR}.actor.clip_ratio_low", "pg_clip_low", 0.18),\n    Rule(f"{ARR}.actor.clip_ratio_high", "pg_clip_high", 0.28),',
            'Rule(f"{ARR}.actor.clip_ratio_low", "pg_clip_high", 0.18),\n    Rule(f"{ARR}.actor.clip_ratio_high", "pg_clip_low", 0.28),',
            ("tests/trainer/importers/test_importer_corpus.py",),

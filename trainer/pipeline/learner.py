@@ -126,6 +126,7 @@ class Learner:
         self.kl_ctrl = kl_algos.make_kl_controller(cfg.init_kl_coef, cfg.target_kl, cfg.kl_horizon,
                                                    ctrl_type=cfg.kl_ctrl_type)
         self.reward_state = rewarding.RewardStats()
+        self.rewards = rewarding.RewardSpec.from_config(cfg)  # the reward-processing knobs alone
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -171,7 +172,7 @@ class Learner:
             keep, token_rewards, returns = self.advantages(rollout, batch, values, metrics)
         # the actor's loss sees only the kept samples (the critic still fits every sample's return)
         actor_batch = {**batch, "response_mask": mask * keep.unsqueeze(-1).to(mask.dtype)}
-        weights = rewarding.sample_weights(cfg, mask, rollout.difficulty)
+        weights = rewarding.sample_weights(self.rewards, mask, rollout.difficulty)
         if self.schedule.overlaps:
             weights, stale_metrics = staleness_terms(cfg, self.schedule, step, staleness, weights)
             metrics.update(stale_metrics)
@@ -204,13 +205,13 @@ class Learner:
         """Sample mask, reward processing, token rewards (KL in the reward), advantages into `batch` (the
         learner's own dict: advantages, values, returns). Returns (kept rows, token rewards, returns)."""
         cfg, mask, scores, group_ids = self.cfg, rollout.response_mask, rollout.scores, rollout.group_ids
-        keep, mask_metrics = rewarding.sample_mask(cfg, scores, group_ids, response_lengths=mask.sum(-1),
+        keep, mask_metrics = rewarding.sample_mask(self.rewards, scores, group_ids, response_lengths=mask.sum(-1),
                                                    query_filter=rollout.query_filter)
         metrics.update(mask_metrics)
         metrics.update(dynamic_sampling.zero_variance_metrics(scores, group_ids, keep))
         if rollout.turn_scores is None:
             processed, self.reward_state, reward_metrics = rewarding.process_scores(
-                cfg, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1),
+                self.rewards, scores, group_ids, self.reward_state, response_lengths=mask.sum(-1),
                 length_terms=rollout.length_terms,
             )
             metrics.update(reward_metrics)
@@ -229,13 +230,13 @@ class Learner:
         if rollout.turn_scores is not None:
             assert rollout.turn_ids is not None, "turn_scores need turn_ids"
             token_rewards = token_rewards + step_advantages.turn_token_rewards(rollout.turn_scores, rollout.turn_ids)
-        token_rewards = rewarding.process_token_rewards(cfg, token_rewards, mask)
+        token_rewards = rewarding.process_token_rewards(self.rewards, token_rewards, mask)
         adv = compute_advantages(
             cfg.adv_estimator, token_rewards, mask, group_ids=group_ids, values=values,
             gamma=cfg.gamma, lambd=cfg.lambd, norm_adv_by_std_in_grpo=cfg.norm_adv_by_std_in_grpo,
             turn_ids=rollout.turn_ids,
         )
-        batch["advantages"] = rewarding.process_advantages(cfg, adv.advantages, mask)
+        batch["advantages"] = rewarding.process_advantages(self.rewards, adv.advantages, mask)
         if values is not None:
             batch["values"], batch["returns"] = values, adv.returns
         return keep, token_rewards, batch.get("returns")

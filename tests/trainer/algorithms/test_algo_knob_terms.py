@@ -4,14 +4,14 @@ per-sample loss weights, and the loop's sample mask and weights (hand-computed v
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
 from trainer.algorithms.kl import AdaptiveKLController, FixedKLController, make_kl_controller
 from trainer.algorithms.policy_loss import gspo_policy_loss, ppo_policy_loss
-from trainer.pipeline.rewarding import sample_mask, sample_weights
+from trainer.pipeline.rewarding import RewardSpec, sample_mask, sample_weights
 
 
 def test_kl_ctrl_type_selects_the_controller() -> None:
@@ -49,11 +49,8 @@ def test_sample_weights_scale_each_sample_in_the_aggregation() -> None:
     assert float(weighted) == pytest.approx(-(2 * 1 + 2 * 1 + 0.5 * 4) / 3)
 
 
-def _cfg(**knobs: object) -> SimpleNamespace:
-    defaults = dict(difficulty_mask=False, difficulty_low_threshold=0.0, difficulty_high_threshold=1.0,
-                    difficulty_loss_weight=False, length_loss_weight=False, max_len_mask=False,
-                    error_max_len_clip=False)
-    return SimpleNamespace(**{**defaults, **knobs})
+def _cfg(**knobs: Any) -> RewardSpec:
+    return RewardSpec(**knobs)  # the others at the schema's defaults
 
 
 def test_sample_mask_keeps_groups_inside_the_thresholds() -> None:

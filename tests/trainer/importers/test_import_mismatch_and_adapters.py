@@ -2,7 +2,7 @@
 (train_infer_correction, decision 0040), trained LoRA adapters and LoRA served by vLLM (decision 0042).
 
 The values check goes through the whole path: a foreign file is imported and validated, and the pipeline's own
-correction (RLVRPipeline.correct_train_infer) is applied to log-probs whose ratios were chosen by hand; the weights
+correction (trainer.pipeline.learner.correct_train_infer) is applied to log-probs whose ratios were chosen by hand; the weights
 and the kept tokens are compared with the framework's formula worked out on those numbers. The refusals check that
 what is not built is named with the override that runs the file without it."""
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from importer_testing import base, set_key
 from trainer.config import validate_config
 from trainer.config.importers import translate
 from trainer.config.preflight import check_adapters
-from trainer.pipeline.rlvr import RLVRPipeline
+from trainer.pipeline.learner import correct_train_infer
 
 RC = "algorithm.rollout_correction"
 OPC = "trainer.algorithm.off_policy_correction"
@@ -43,10 +42,9 @@ def imported(fmt: str, keys: dict[str, Any]) -> Any:
 
 def corrected(config: Any) -> tuple[list[list[int]], list[list[float]] | None]:
     """The pipeline's correction of LOG_RHO on a fresh batch: (kept tokens, weights or None)."""
-    pipeline = SimpleNamespace(cfg=config)
     old, engine = LOG_RHO - 2.0, torch.full_like(LOG_RHO, -2.0)  # pi_old / mu = e^LOG_RHO
     batch = {"response_mask": MASK.clone(), "advantages": torch.ones(2, 3)}
-    out, _ = RLVRPipeline.correct_train_infer(pipeline, batch, MASK, old, engine, rows=torch.tensor([True, True]))
+    out, _ = correct_train_infer(config, batch, MASK, old, engine, rows=torch.tensor([True, True]))
     weights = out.get("train_infer_weights")
     return out["response_mask"].tolist(), None if weights is None else weights.tolist()
 

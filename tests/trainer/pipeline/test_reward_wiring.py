@@ -13,6 +13,8 @@ import torch
 from tests.trainer.pipeline.conftest import load_cfg
 from trainer.pipeline import rewarding
 
+knobs = rewarding.RewardSpec.from_config  # the reward-processing view of a loaded config
+
 SCORES = torch.tensor([3.0, -0.5, 1.0, -4.0, 0.25, 2.0])
 GROUPS = torch.tensor([0, 0, 0, 1, 1, 1])
 LENGTHS = torch.tensor([1, 3, 2, 3, 0, 3])
@@ -22,7 +24,7 @@ TOKENS = torch.tensor([[0.5, -2.0, 9.0], [1.5, 3.0, -1.0], [4.0, 9.0, 9.0], [-0.
 
 def processed(tmp_path: Path, *overrides: str) -> torch.Tensor:
     cfg = load_cfg(tmp_path, *overrides)
-    out, _, _ = rewarding.process_scores(cfg, SCORES, GROUPS, rewarding.RewardStats(), LENGTHS)
+    out, _, _ = rewarding.process_scores(knobs(cfg), SCORES, GROUPS, rewarding.RewardStats(), LENGTHS)
     return out
 
 
@@ -72,27 +74,27 @@ def test_group_normalisation_uses_each_samples_group(tmp_path: Path) -> None:
 def test_reward_scaling_divides_by_the_running_std(tmp_path: Path) -> None:
     # first batch: the running moments are this batch's own (mean, unbiased std)
     cfg = load_cfg(tmp_path, "use_reward_scaling=true", "use_reward_norm=true")
-    out, state, _ = rewarding.process_scores(cfg, SCORES, GROUPS, rewarding.RewardStats(), LENGTHS)
+    out, state, _ = rewarding.process_scores(knobs(cfg), SCORES, GROUPS, rewarding.RewardStats(), LENGTHS)
     assert torch.allclose(out, (SCORES - SCORES.mean()) / (SCORES.std() + 1e-6), atol=1e-5)
-    again, _, _ = rewarding.process_scores(cfg, SCORES, GROUPS, state, LENGTHS)
+    again, _, _ = rewarding.process_scores(knobs(cfg), SCORES, GROUPS, state, LENGTHS)
     assert not torch.allclose(again, out)  # the state carried over: twelve samples now, not six
 
 
 def test_whiten_rewards_reaches_the_token_rewards(tmp_path: Path) -> None:
     cfg = load_cfg(tmp_path, "whiten_rewards=true")
-    assert torch.allclose(rewarding.process_token_rewards(cfg, TOKENS, MASK) * MASK, masked_whiten(TOKENS, MASK),
+    assert torch.allclose(rewarding.process_token_rewards(knobs(cfg), TOKENS, MASK) * MASK, masked_whiten(TOKENS, MASK),
                           atol=1e-6)
-    assert torch.equal(rewarding.process_token_rewards(load_cfg(tmp_path), TOKENS, MASK), TOKENS)
+    assert torch.equal(rewarding.process_token_rewards(knobs(load_cfg(tmp_path)), TOKENS, MASK), TOKENS)
 
 
 def test_whiten_advantages_reaches_the_advantages(tmp_path: Path) -> None:
     cfg = load_cfg(tmp_path, "whiten_advantages=true")
-    got = rewarding.process_advantages(cfg, TOKENS, MASK) * MASK
+    got = rewarding.process_advantages(knobs(cfg), TOKENS, MASK) * MASK
     assert torch.allclose(got, masked_whiten(TOKENS, MASK), atol=1e-6)
 
 
 def test_advantage_clip_reaches_the_advantages(tmp_path: Path) -> None:
     cfg = load_cfg(tmp_path, "advantage_clip=1.0")
-    got = rewarding.process_advantages(cfg, TOKENS, MASK)
+    got = rewarding.process_advantages(knobs(cfg), TOKENS, MASK)
     assert torch.equal(got * MASK, TOKENS.clamp(-1.0, 1.0) * MASK)
-    assert torch.equal(rewarding.process_advantages(load_cfg(tmp_path), TOKENS, MASK), TOKENS)
+    assert torch.equal(rewarding.process_advantages(knobs(load_cfg(tmp_path)), TOKENS, MASK), TOKENS)

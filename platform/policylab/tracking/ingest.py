@@ -197,10 +197,13 @@ def store_stalls(run_id: int, stall_events: Sequence[dict[str, Any]]) -> None:
             latest = RunStall.objects.filter(run_id=run_id, attempt=event["attempt"], phase=str(data.get("phase", "")),
                                              seq__lt=event["seq"], recovered_after_s__isnull=True,
                                              ).order_by("-seq").values_list("pk", flat=True)[:1]
-            RunStall.objects.filter(pk__in=list(latest)).update(recovered_after_s=finite_or_none(data.get("elapsed_s")))
+            RunStall.objects.filter(pk__in=list(latest)).update(
+                recovered_after_s=finite_or_none(data.get("elapsed_s")), recovered_seq=event["seq"],
+                recovered_time=datetime.fromtimestamp(float(event["time"]), tz=UTC), recovered_step=event["step"])
             continue
         RunStall.objects.get_or_create(run_id=run_id, seq=event["seq"], defaults={
             "attempt": event["attempt"], "time": datetime.fromtimestamp(float(event["time"]), tz=UTC),
+            "step": event["step"],
             "phase": str(data.get("phase", ""))[:64], "summary": redact_credentials(str(data.get("summary", ""))),
             "elapsed_s": finite_or_none(data.get("elapsed_s")) or 0.0, "bound_s": finite_or_none(data.get("bound_s")),
             "on_stall": str(data.get("on_stall", ""))[:32], "waiting": data.get("waiting") or [],

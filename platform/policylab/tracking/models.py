@@ -211,6 +211,10 @@ class RunStall(models.Model):
     stacks = models.TextField(blank=True)
     file = models.CharField(max_length=512, blank=True, help_text="the stall's text file in the run directory")
     recovered_after_s = models.FloatField(null=True, help_text="the phase's whole duration, when it ended after all")
+    step = models.IntegerField(default=0, help_text="the `stalled` event's step")
+    recovered_seq = models.BigIntegerField(null=True, help_text="the `recovered` event's seq, which closed it")
+    recovered_time = models.DateTimeField(null=True, help_text="the `recovered` event's time")
+    recovered_step = models.IntegerField(null=True, help_text="the `recovered` event's step")
 
     class Meta:
         ordering = ["run", "seq"]

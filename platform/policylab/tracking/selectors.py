@@ -9,6 +9,7 @@ import stat
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -295,10 +296,37 @@ def stored_seqs(run: Run, after: int, limit: int) -> list[int]:
     """The first `limit` event seqs above `after` that left rows (status events leave none: their effect
     is the run's state)."""
     found: set[int] = set()
-    for model in (MetricPoint, SystemPoint, RolloutSample, Checkpoint, LogLine, RunAlert):
+    for model in (MetricPoint, SystemPoint, RolloutSample, Checkpoint, LogLine):
         rows = model.objects.filter(run=run, seq__gt=after).order_by("seq").values_list("seq", flat=True).distinct()
         found.update(rows[:limit])
+    found.update(e["seq"] for e in section_events(run, after, limit=limit))
     return sorted(found)[:limit]
+
+
+def section_events(run: Run, after: int, upto: int | None = None, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """The stored events with after < seq <= upto whose run-page section the server renders (ingest.PAGE_RENDERED)
+    and that left rows: health alerts, and stalls both when reported (`stalled`) and when their phase ended
+    (`recovered`, the seq stored on the stall it closed). Their data is what ingest.live_event sends live (the page
+    fetches the section again), so the websocket's replay and the events API give a page that connected late the
+    same events it would have got live. `limit`: at most that many of each kind, the first by seq."""
+    def rows(model: type[RunAlert] | type[RunStall], seq_field: str, *fields: str) -> Iterable[tuple]:
+        window: dict[str, Any] = {"run": run, f"{seq_field}__gt": after}
+        if upto is not None:
+            window[f"{seq_field}__lte"] = upto
+        found = model.objects.filter(**window).order_by(seq_field).values_list(seq_field, *fields)
+        return found[:limit] if limit is not None else found
+
+    def shape(kind: str, seq: int, step: int, time: datetime, attempt: int, data: dict[str, Any]) -> dict[str, Any]:
+        return {"type": kind, "seq": seq, "step": step, "time": time.timestamp(), "attempt": attempt, "data": data}
+
+    found = [shape("alert", seq, step, time, attempt, {"kind": kind})
+             for seq, step, time, attempt, kind in rows(RunAlert, "seq", "step", "time", "attempt", "kind")]
+    found += [shape("stall", seq, step, time, attempt, {"state": "stalled", "phase": phase})
+              for seq, step, time, attempt, phase in rows(RunStall, "seq", "step", "time", "attempt", "phase")]
+    found += [shape("stall", seq, step or 0, time, attempt, {"state": "recovered", "phase": phase})
+              for seq, step, time, attempt, phase in rows(RunStall, "recovered_seq", "recovered_step",
+                                                          "recovered_time", "attempt", "phase")]
+    return found
 
 
 def events_page(run: Run, *, after: int, limit: int) -> dict[str, Any]:
@@ -355,8 +383,8 @@ def rebuild_events(run: Run, after_seq: int, upto_seq: int) -> list[dict[str, An
         data = event("log", line.seq, 0, line.time, line.attempt)["data"]
         data["level"] = line.level
         data.setdefault("lines", []).append(log_text(line.text, run.run_dir))
-    for alert in RunAlert.objects.filter(**window):  # as sent live (ingest.live_event): the page fetches the rest
-        event("alert", alert.seq, alert.step, alert.time.timestamp(), alert.attempt)["data"] = {"kind": alert.kind}
+    for shown in section_events(run, after_seq, upto_seq):  # alerts and stalls, as sent live
+        events[(shown["type"], shown["seq"])] = shown
     return sorted(events.values(), key=lambda e: e["seq"])
 
 

@@ -84,6 +84,35 @@ def test_browsers_get_the_stall_without_its_stacks(make_run, runs_dir) -> None:
     assert live["data"] == {"state": "stalled", "phase": "generate"}  # the page fetches the rendered section
 
 
+def test_a_page_that_connects_after_a_stall_or_its_recovery_is_stored_gets_them_in_the_replay(make_run, runs_dir) -> None:
+    # as for alerts (test_alerts): the page renders its stall banner, then opens its websocket from the seq it
+    # rendered; a stall or a recovery stored in between reaches it only through the replay (and the events API),
+    # as the live event would (state and phase: the page fetches the section), or the banner stays as rendered
+    from policylab.tracking.selectors import events_after, events_page
+
+    run = make_run()
+    events = [event("stall", run.pk, 7, 3, stalled(str(run.run_dir))),
+              event("metrics", run.pk, 8, 4, {"values": {"loss": 1.0}}),
+              event("stall", run.pk, 9, 4, {"state": "recovered", "phase": "generate", "elapsed_s": 31.0})]
+    ingest_events(events, publish=False)
+
+    def shown(replayed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: e[k] for k in ("type", "seq", "step", "attempt", "data")} for e in replayed if e["type"] == "stall"]
+
+    live = [{k: e[k] for k in ("type", "seq", "step", "attempt")} | {"data": live_event(e, run.run_dir)["data"]}
+            for e in (events[0], events[2])]
+    assert [e["data"] for e in live] == [{"state": "stalled", "phase": "generate"},
+                                        {"state": "recovered", "phase": "generate"}]
+    replay = events_after(run, 5)
+    assert replay is not None and shown(replay["events"]) == live
+    after_stall = events_after(run, 7)  # the page rendered the banner: the recovery alone follows
+    assert after_stall is not None and shown(after_stall["events"]) == live[1:]
+    page = events_page(run, after=0, limit=100)
+    assert [(e["type"], e["seq"]) for e in page["events"]] == [("stall", 7), ("metrics", 8), ("stall", 9)]
+    assert [e["time"] for e in page["events"][::2]] == pytest.approx([events[0]["time"], events[2]["time"]])
+    assert events_page(run, after=0, limit=1)["next_after"] == 7  # a page of one: the stall first
+
+
 def test_each_stall_says_how_it_ended_and_a_recovery_never_closes_a_closed_stall(make_run, user, runs_dir) -> None:
     """Issue 46 item 4: a run that succeeded listed half its stalls as "the attempt ended"; a second recovery of
     the same phase overwrote the first one's stall and left an earlier one open."""

@@ -83,6 +83,11 @@ def test_a_stalled_run_says_so_in_its_status_title_and_eta_and_each_stall_says_h
     page.wait_for_timeout(1500)
     expect(page.locator("#run-state")).to_have_text("stalled")
     expect(page.locator("#run-eta")).to_have_text("— (stalled)")
+    rendered = page.request.get(f"{tracking_stack.url}/runs/{run.pk}/").text()  # the server's page, before any script
+    assert f"<title>Run {run.pk} (stalled) · " in rendered and ">stalled</span>" in rendered
+    page.reload()  # opened while stalled: recovering must still take "(stalled)" out of the title
+    expect(page.locator("#live-state")).to_have_text("live")
+    expect(page).to_have_title(f"Run {run.pk} (stalled) · {run.experiment.name} · PolicyLab")
 
     second.stall({"state": "recovered", "phase": "generate", "elapsed_s": 0.75}, 3)
     expect(page.locator("#run-stalls .stall-banner")).to_have_count(0)

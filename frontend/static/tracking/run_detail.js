@@ -76,7 +76,7 @@ function showPhases(run) {
   }).join("");
 }
 
-const baseTitle = document.title;
+const baseTitle = document.title.replace(`Run ${runId} (stalled) `, `Run ${runId} `); // the server renders an open stall
 
 // A live run whose latest attempt has an open stall (the server-rendered banner) shows as stalled: in its
 // status, the page title and the ETA, which means nothing while a phase does not end.

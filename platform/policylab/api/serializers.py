@@ -13,7 +13,7 @@ from policylab.accounts.models import ApiToken, Team, TeamSecret
 from policylab.accounts.scoping import default_team, teams_of
 from policylab.experiments.models import Experiment, Project, Run, RunAttempt
 from policylab.redaction import path_in_run, shown_config, shown_config_text
-from policylab.tracking.selectors import attempt_records, run_alerts, run_profiles, run_stalls
+from policylab.tracking.selectors import attempt_records, run_alerts, run_profiles, run_stalls, stalled_now
 
 
 @extend_schema_field({"oneOf": [{"type": "object", "additionalProperties": True}, {"type": "string"}]})
@@ -238,14 +238,25 @@ class RunDetailSerializer(RunSerializer):
     watchdog's stalls, newest first, the run-health alerts, newest first, and the profiler's files
     (profiler_timeline / profiler_memory) by step."""
 
+    stalled = serializers.SerializerMethodField(help_text="the latest attempt has an open stall (a phase past its "
+                                                "watchdog bound that has not ended) while the run is active")
+    status_display = serializers.SerializerMethodField(help_text="the status as the run page shows it: `stalled` "
+                                                       "while `stalled`, else `status`")
     attempt_records = serializers.SerializerMethodField()
     stalls = serializers.SerializerMethodField()
     alerts = serializers.SerializerMethodField()
     profiles = serializers.SerializerMethodField()
 
     class Meta(RunSerializer.Meta):
-        fields = [*RunSerializer.Meta.fields, "attempt_records", "stalls", "alerts", "profiles"]
+        fields = [*RunSerializer.Meta.fields, "stalled", "status_display", "attempt_records", "stalls", "alerts",
+                  "profiles"]
         read_only_fields = fields
+
+    def get_stalled(self, run: Run) -> bool:
+        return stalled_now(run)
+
+    def get_status_display(self, run: Run) -> str:
+        return "stalled" if stalled_now(run) else run.status
 
     @extend_schema_field(AttemptRecordOut(many=True))
     def get_attempt_records(self, run: Run) -> list[dict]:

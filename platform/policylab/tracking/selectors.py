@@ -740,6 +740,17 @@ def stall_ending(stall: RunStall, *, is_open: bool, attempts: dict[int, str], ru
                              "running")
 
 
+def stalled_now(run: Run) -> bool:
+    """Whether the run is stalled now: it is still active and its latest attempt has a stall whose phase has not
+    ended (the `open` of run_stalls). Its status stays `running` (decision 0034); the page and the API's
+    `status_display` say `stalled`."""
+    if run.status not in statuses.ACTIVE:
+        return False
+    latest = run.attempts.aggregate(latest=Max("number"))["latest"]
+    return latest is not None and RunStall.objects.filter(run=run, attempt=latest,
+                                                          recovered_after_s__isnull=True).exists()
+
+
 def run_stalls(run: Run) -> list[dict[str, Any]]:
     """The run's stalls, newest first, as shown (stacks and summaries through shown_text); `open` marks a
     stall of the run's latest attempt whose phase had not ended, while the run is still active; `ended` and

@@ -36,18 +36,20 @@ def scoped_run_or_404(request: HttpRequest, run_id: int):
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = scoped_run_or_404(request, run_id)
+    stalls = selectors.run_stalls(run)
     return render(
         request,
         "tracking/run_detail.html",
         {
             "run": run,
+            "stalled": any(s["open"] for s in stalls),  # selectors.stalled_now, from the rows at hand
             "experiment": run.experiment,
             "can_write": can_write(request.user, run.experiment.project.team),
             "chart_config": {"pinned": selectors.pinned_keys(request.user), "async_prefix": ASYNC_PREFIX,
                              "async_charts": ASYNC_CHARTS},
             "phases": [*statuses.PROGRESS, "finished"],
             "attempt_records": selectors.attempt_records(run),
-            "stalls": selectors.run_stalls(run),
+            "stalls": stalls,
             "alerts": selectors.run_alerts(run),
             "profiles": selectors.run_profiles(run),
         },

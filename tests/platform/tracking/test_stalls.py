@@ -138,3 +138,35 @@ def test_each_stall_says_how_it_ended_and_a_recovery_never_closes_a_closed_stall
     assert by_seq[3] == "recovered: the phase ended by itself after 500 ms"
     assert by_seq[7] == "the watchdog ended attempt 1 without a retry (on_stall: fail)"
     assert by_seq[8] == "the attempt ended (succeeded) while the phase was still running"
+
+
+def test_an_open_stall_makes_the_run_stalled_in_the_api_and_the_rendered_page(make_run, user, runs_dir) -> None:
+    """Issue 46 item 4: only the page's script said `stalled`, after load; the API said nothing. The run's status
+    stays `running` (decision 0034); `stalled` and `status_display` say what the page shows, and the server renders
+    it in the title, the status and the ETA."""
+    run = make_run(user=user, status=RunStatus.RUNNING)
+    RunAttempt.objects.create(run=run, number=1, status=RunStatus.RUNNING)
+    client = client_of(user)
+    url, api = reverse("tracking:run_detail", args=[run.pk]), reverse("api:run-detail", args=[run.pk])
+
+    def shown() -> tuple[str, bool, str, str, str, str]:
+        detail = client.get(api).json()
+        page = client.get(url).content.decode()
+        title = page[page.index("<title>") + 7:page.index("</title>")]
+        state = page[page.index('id="run-state"'):]
+        eta = page[page.index('id="run-eta">') + 13:]
+        return (detail["status"], detail["stalled"], detail["status_display"], title.split(" · ")[0],
+                state[:state.index("</span>")], eta[:eta.index("</strong>")])
+
+    assert shown() == ("running", False, "running", f"Run {run.pk}", 'id="run-state" class="status status-running">running', "—")
+    ingest_events([event("stall", run.pk, 7, 3, stalled(str(run.run_dir)))], publish=False)
+    assert shown() == ("running", True, "stalled", f"Run {run.pk} (stalled)",
+                       'id="run-state" class="status status-stalled">stalled', "— (stalled)")
+    ingest_events([event("stall", run.pk, 8, 3, {"state": "recovered", "phase": "generate", "elapsed_s": 20.0})],
+                  publish=False)
+    assert shown()[:4] == ("running", False, "running", f"Run {run.pk}")
+    ingest_events([event("stall", run.pk, 9, 4, stalled(str(run.run_dir), "reward"))], publish=False)
+    assert shown()[1] is True
+    run.status = RunStatus.FAILED  # the attempt ended: no longer stalled
+    run.save(update_fields=["status"])
+    assert shown()[:3] == ("failed", False, "failed")

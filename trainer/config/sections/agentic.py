@@ -1,0 +1,187 @@
+"""Agentic runs: environment managers, custom environments and the step-wise estimators' knobs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import model_validator
+
+from trainer.config.sections.base import Section, fld, fld_factory, import_only, planned
+from trainer.config.sections.rollout import GeneratingArgs
+
+
+class EnvManagerConfig(Section):
+    env_groups: int = fld(1, category="Agentic", ge=1, description="Environment groups, played in lockstep.")
+    group_size: int = fld(
+        1, category="Agentic", ge=1,
+        description="Environments per group; all share one configuration and seed, so they form one "
+        "comparison group.",
+    )
+    tags: list[str] = fld_factory(list, category="Agentic", description="Environment names (keys of custom_envs).")
+    n_groups: list[int] | None = fld(
+        None, category="Agentic", description="Groups given to each tag; unset splits env_groups evenly."
+    )
+    max_traj_per_env: int = fld(
+        -1, category="Agentic",
+        description="Most trajectories one environment may play per batch (-1: no limit); a batch needing "
+        "more is refused.",
+    )
+    max_env_num_per_worker: int = fld(
+        0, category="Agentic", ge=0, inactive=import_only("environments run in the driver process, all in lockstep"),
+        description="Environments per worker (0: all).",
+    )
+    format_penalty: float = fld(
+        0.0, category="Agentic", le=0, description="Reward added (a value <= 0) when a reply breaks the action format."
+    )
+    worker_cls: str | None = fld(
+        None, category="Agentic", description="ROLL env-manager class path (looked up in a registry, never imported)."
+    )
+    num_env_groups: int | None = fld(
+        None, category="Agentic", ge=1, acts_through="env_groups",
+        description="ROLL main's name of env_groups (copied into it when env_groups is unset).",
+    )
+    num_groups_partition: list[int] | None = fld(
+        None, category="Agentic", acts_through="n_groups",
+        description="ROLL main's name of n_groups (copied into it when n_groups is unset).",
+    )
+    group_size_redundancy: int = fld(
+        0, category="Agentic", ge=0, inactive=import_only("groups are played in lockstep; none is abandoned"),
+        description="Extra environments per group whose late trajectories ROLL may drop.",
+    )
+    llm_proxy: dict[str, Any] = fld_factory(
+        dict, category="Agentic", inactive=import_only("the policy being trained plays every environment"),
+        description="ROLL's LLM proxy (policy, openai or random) that plays the environments.",
+    )
+    group_filter_cls: str | None = fld(
+        None, category="Agentic", inactive=import_only("classes named in a config are never imported"),
+        description="ROLL's group-level filter class.",
+    )
+    system_envs: dict[str, str] = fld_factory(
+        dict, category="Agentic", inactive=import_only("environments run in the driver process"),
+        description="Environment variables of ROLL's environment workers.",
+    )
+    generating_args: GeneratingArgs | None = fld(
+        None, category="Agentic", inactive=import_only("environments are played with actor_infer.generating_args"),
+        description="ROLL: sampling settings of this env manager's rollouts.",
+    )
+
+    @model_validator(mode="after")
+    def _roll_main_names(self) -> EnvManagerConfig:
+        if self.num_env_groups is not None and "env_groups" not in self.model_fields_set:
+            self.env_groups = self.num_env_groups
+        if self.num_groups_partition is not None and "n_groups" not in self.model_fields_set:
+            self.n_groups = list(self.num_groups_partition)
+        return self
+
+
+class CustomEnvConfig(Section):
+    env_type: str = fld(
+        ..., category="Agentic",
+        description="Registered environment type: frozen_lake, sokoban, calculator or tool_use (tool calls in "
+        "the Qwen/Hermes format).",
+    )
+    max_steps: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Replies before the episode is cut off (unset: max_actions_per_traj, else 10).",
+    )
+    max_actions_per_traj: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Valid actions before the episode is cut off; replies that break the format do not count.",
+    )
+    max_tokens_per_step: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Tokens sampled per turn (unset: actor_infer's max_new_tokens, else response_length).",
+    )
+    env_instruction: str | None = fld(
+        None, category="Agentic",
+        description="Text shown before the first observation (unset: the environment's own; empty: none).",
+    )
+    env_config: dict[str, Any] = fld_factory(
+        dict, category="Agentic", description="Settings of the environment type (docs: trainer/envs)."
+    )
+    env_manager_cls: str | None = fld(
+        None, category="Agentic",
+        description="ROLL's env-manager class for this environment (it overrides the env manager's worker_cls): "
+        "StepEnvManager plays it step-wise (a fresh prompt each turn with the recent turns as text, see "
+        "history_length; one training row per reply); TrajEnvManager or unset, one multi-turn conversation per row.",
+    )
+    history_length: int | None = fld(
+        None, category="Agentic", ge=1,
+        description="Step-wise environments (StepEnvManager): as in ROLL, each turn's prompt shows the last "
+        "history_length − 1 turns (observation, reply, reward) before the current observation; unset: none.",
+    )
+    use_thread_lock: bool = fld(False, category="Agentic", inactive=import_only("environments run in the driver"),
+                                description="ROLL: serialise this environment's steps across threads.")
+    agent_system_template: str | None = fld(
+        None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        description="ROLL's system prompt for this environment.",
+    )
+    agent_template: str | None = fld(
+        None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        description="ROLL's per-turn prompt template ({observation}, {turn_idx}, …).",
+    )
+    max_env_step_concurrent: int | None = fld(
+        None, category="Agentic", ge=1, inactive=import_only("environments run in the driver"),
+        description="ROLL: most concurrent steps of this environment type.",
+    )
+    tool_wrapper: dict[str, Any] | None = fld(
+        None, category="Agentic",
+        inactive=planned("ROLL's tool_wrapper (tools such as python_code around an environment; ROLL's examples wrap "
+                         "GEM math and QA environments, which are not built: tool calls act in env_type tool_use)"),
+        description="ROLL: tools wrapped around this environment (wrapper_args, tool_configs).",
+    )
+    agent_runner_cls: str | None = fld(
+        None, category="Agentic", inactive=import_only("classes named in a config are never imported; environments "
+                                                       "are played by the trajectory manager"),
+        description="ROLL: the AgentRunner class that plays this environment (proxy env managers).",
+    )
+
+
+
+
+class AgenticKnobs(Section):
+    """Agentic: environments, trajectory batches, the step-wise estimators' weights."""
+
+    train_env_manager: EnvManagerConfig | None = fld(
+        None, category="Agentic",
+        description="Environments used for training rollouts; set, the run is agentic (multi-turn episodes).",
+    )
+    val_env_manager: EnvManagerConfig | None = fld(
+        None, category="Agentic", description="Environments used for evaluation rollouts."
+    )
+    custom_envs: dict[str, CustomEnvConfig] = fld_factory(
+        dict, category="Agentic", description="Environment definitions by tag."
+    )
+    batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = fld(
+        "copy", category="Agentic",
+        inactive=import_only("an agentic batch is exactly rollout_batch_size trajectories; nothing is adjusted"),
+        description="How ROLL pads or trims a batch of trajectories to the training batch size.",
+    )
+    episode_reward_weight: float = fld(
+        1.0, category="Agentic", ge=0,
+        description="gigpo: weight of the episode-level term (the trajectory's score normalised with "
+        "reward_normalization) in each turn's advantage.",
+    )
+    step_reward_weight: float = fld(
+        1.0, category="Agentic", ge=0,
+        description="gigpo: weight of the step-level term (the turn's step return normalised among the turns that "
+        "answered the same observation from the same start state) in each turn's advantage.",
+    )
+    step_reward_gamma: float = fld(
+        0.95, category="Agentic", ge=0, le=1,
+        description="gigpo, step_reinforce: discount of the step return G_k = r_k + gamma * G_k+1 over a "
+        "trajectory's turns (r_k: the turn's reward plus its format penalty).",
+    )
+    ratio_type: Literal["token", "segment"] = fld(
+        "token", category="Agentic", inactive=planned("segment-level importance ratios"),
+        description="Importance ratio per token or per turn segment.",
+    )
+    parse_tool_call_parameter_to_dict: bool = fld(
+        False, category="Agentic",
+        description="Tool calls whose \"arguments\" is a JSON string holding the object are decoded into it "
+        "before the tool runs; off, such a call is malformed (tool-calling environments: tool_use).",
+    )
+    skip_mock_system_prompt: bool = fld(
+        False, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        description="Do not insert an empty system turn before rendering the template.",
+    )

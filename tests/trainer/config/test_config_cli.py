@@ -14,8 +14,8 @@ from config_testing import changed
 
 from trainer.cli import run_schema, run_validate
 from trainer.config import PipelineConfig, validate_config
+from trainer.config.checks.common import NOT_BUILT
 from trainer.config.export import config_markdown
-from trainer.config.validation import NOT_BUILT
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

@@ -1,0 +1,84 @@
+"""What this build cannot run: checked after the rules (a coherent config may still name a backend
+that does not exist yet)."""
+
+from __future__ import annotations
+
+import typing
+
+from trainer.config.checks.common import NOT_BUILT
+from trainer.config.checks.loss import PG_VARIANTS_BUILT
+from trainer.config.issues import ConfigIssue
+from trainer.config.registries import (
+    BUILT_STRATEGIES,
+    ROLE_STRATEGIES,
+    ROLL_REWARD_WORKERS,
+    ROLL_UNSUPPORTED_REWARD_WORKERS,
+)
+from trainer.config.schema import (
+    UNBUILT_ADV_ESTIMATORS,
+    Fsdp2Config,
+    MegatronConfig,
+    PipelineConfig,
+)
+from trainer.config.topology import (
+    TRAINING_ROLES,
+    roles,
+    strategy_config,
+    strategy_name,
+)
+
+
+def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
+    """What this build cannot run, checked after the rules (the config may be coherent and still
+    name a backend that does not exist yet): one error per role, listing what the role may use."""
+    issues = []
+    for role, worker in roles(config).items():
+        kind = role.split(".")[0]
+        name = strategy_name(kind, worker)
+        if name in ROLE_STRATEGIES[kind] and name not in BUILT_STRATEGIES:
+            built = [n for n in ROLE_STRATEGIES[kind] if n in BUILT_STRATEGIES]
+            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_name",
+                                      f"{name} {NOT_BUILT}; available for {kind}: {', '.join(built)}",
+                                      kind="not_built"))
+        cfg = strategy_config(worker)
+        if isinstance(cfg, Fsdp2Config) and cfg.ulysses_sequence_parallel_size > 1:
+            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_config.ulysses_sequence_parallel_size",
+                                      f"Ulysses sequence parallelism {NOT_BUILT}; valid: 1", kind="not_built"))
+        if isinstance(cfg, MegatronConfig) and cfg.context_parallel_size > 1:
+            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_config.context_parallel_size",
+                                      f"Megatron context parallelism {NOT_BUILT}; valid: 1", kind="not_built"))
+    for name, reward in config.rewards.items():
+        if reward.worker_cls in ROLL_UNSUPPORTED_REWARD_WORKERS:
+            what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]
+            issues.append(ConfigIssue(f"rewards.{name}.worker_cls", f"{what} ({reward.worker_cls}) {NOT_BUILT}; the "
+                                      f"other rewards train without this domain: override ~rewards.{name}",
+                                      kind="not_built"))
+        judge_strategy = strategy_name(f"rewards.{name}", reward)
+        is_judge = "llm_judge" in (reward.reward_type, ROLL_REWARD_WORKERS.get(reward.worker_cls or ""))
+        if is_judge and reward.judge_model_type == "inference" and judge_strategy not in ("hf_infer", "vllm"):
+            issues.append(ConfigIssue(f"rewards.{name}.strategy_args.strategy_name", f"an inference judge on "
+                                      f"{judge_strategy} {NOT_BUILT}; valid: hf_infer, vllm (or judge_model_type: "
+                                      "api with a vLLM OpenAI server)", kind="not_built"))
+    variant = config.actor_train.pg_variant
+    if variant is not None and variant not in PG_VARIANTS_BUILT:
+        issues.append(ConfigIssue("actor_train.pg_variant", f"{variant!r} {NOT_BUILT}; valid: "
+                                  f"{', '.join(PG_VARIANTS_BUILT)}", kind="not_built"))
+    for role in TRAINING_ROLES:
+        worker = getattr(config, role)
+        if worker is not None and worker.model_args.lora_target is not None and strategy_name(role, worker) == "megatron_train":
+            issues.append(ConfigIssue(f"{role}.model_args.lora_target", f"LoRA on megatron_train {NOT_BUILT} (PEFT adapts "
+                                      "Hugging Face modules, not megatron-core's); train adapters with torch_train, "
+                                      "fsdp2_train or deepspeed_train; without LoRA megatron_train trains the full "
+                                      f"model: override ~{role}.model_args.lora_target", kind="not_built"))
+        if (worker is not None and worker.model_args.freeze_module_prefix is not None
+                and worker.model_args.lora_target is None and strategy_name(role, worker) == "megatron_train"):
+            issues.append(ConfigIssue(f"{role}.model_args.freeze_module_prefix", f"partial freezing on megatron_train "
+                                      f"{NOT_BUILT} (the prefixes name Hugging Face parameters; megatron-core's differ); "
+                                      "use torch_train, fsdp2_train or deepspeed_train; without it every parameter "
+                                      f"trains: override ~{role}.model_args.freeze_module_prefix", kind="not_built"))
+    if config.adv_estimator in UNBUILT_ADV_ESTIMATORS:
+        built = [e for e in typing.get_args(PipelineConfig.model_fields["adv_estimator"].annotation)
+                 if e not in UNBUILT_ADV_ESTIMATORS]
+        issues.append(ConfigIssue("adv_estimator", f"{config.adv_estimator} {NOT_BUILT}; valid: {', '.join(built)}",
+                                  kind="not_built"))
+    return issues

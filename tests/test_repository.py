@@ -141,6 +141,54 @@ def test_the_layer_check_catches_a_back_arrow_and_a_cluster_that_imports_a_role(
     ]
 
 
+# docs/architecture.md's order inside trainer.config (decision 0051): the section models, the schema that assembles
+# them, topology, the checks of each knob family, the validation that runs them. A module imports its own step
+# or lower ones; the sections import nothing of the config but each other and the small tables below; only
+# validation runs the checks.
+CONFIG_ORDER = ("trainer.config.sections", "trainer.config.schema", "trainer.config.topology",
+                "trainer.config.checks", "trainer.config.validation")
+SECTIONS_MAY_IMPORT = frozenset({"trainer.config.device_mapping", "trainer.config.registries",
+                                 "trainer.telemetry.events"})
+
+
+def config_order_violations(graph: dict[str, set[str]]) -> list[str]:
+    def step(module: str) -> int | None:
+        return next((i for i, p in enumerate(CONFIG_ORDER) if module == p or module.startswith(p + ".")), None)
+
+    problems = []
+    for source, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            low, high = step(source), step(target)
+            if low is not None and high is not None and high > low:
+                problems.append(f"back-arrow: {source} imports {target}")
+            elif low == 0 and high != 0 and target not in SECTIONS_MAY_IMPORT:
+                problems.append(f"{source} imports {target}: a section imports only sections and "
+                                f"{', '.join(sorted(SECTIONS_MAY_IMPORT))}")
+            elif high == 3 and low not in (3, 4):
+                problems.append(f"{source} imports {target}: only trainer.config.validation runs the checks")
+    return problems
+
+
+def test_config_sections_and_checks_keep_their_place() -> None:
+    graph = trainer_import_graph()
+    assert any(m.startswith("trainer.config.sections.") for m in graph)
+    assert any(m.startswith("trainer.config.checks.") for m in graph)
+    assert config_order_violations(graph) == []
+
+
+def test_the_config_order_check_catches_a_back_arrow_a_section_reaching_up_and_a_stray_check_caller() -> None:
+    graph = {"trainer.config.sections.loss": {"trainer.config.sections.base", "trainer.config.loading"},
+             "trainer.config.topology": {"trainer.config.checks.loss", "trainer.config.schema"},
+             "trainer.config.export": {"trainer.config.checks.common"},
+             "trainer.config.checks.loss": {"trainer.config.topology", "trainer.config.sections.loss"}}
+    assert config_order_violations(graph) == [
+        "trainer.config.export imports trainer.config.checks.common: only trainer.config.validation runs the checks",
+        "trainer.config.sections.loss imports trainer.config.loading: a section imports only sections and "
+        "trainer.config.device_mapping, trainer.config.registries, trainer.telemetry.events",
+        "back-arrow: trainer.config.topology imports trainer.config.checks.loss",
+    ]
+
+
 def test_the_loop_calls_roles_by_method_not_by_name() -> None:
     """Worker-group calls in the trainer name the role Protocol's method, which a reader can follow."""
     by_name = re.compile(r"\.call_(all|all_deferred|sharded|rank0)\(\s*[\"']")

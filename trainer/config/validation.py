@@ -47,10 +47,7 @@ from trainer.config.importers.engines import name_the_override
 from trainer.config.introspect import key_locations, models_in
 from trainer.config.issues import ConfigError, ConfigIssue, ValidationResult
 from trainer.config.loading import helper_variables, load_raw_with_issues
-from trainer.config.schema import (
-    STRATEGY_ARGS_MODELS,
-    PipelineConfig,
-)
+from trainer.config.schema import STRATEGY_ARGS_MODELS, PipelineConfig
 from trainer.config.topology import (
     TRAINING_ROLES,
     devices_per_worker,

@@ -15,11 +15,7 @@ from trainer.config.registries import (
     ROLL_UNSUPPORTED_ENV_MANAGERS,
     TOOL_CALL_ENV_TYPES,
 )
-from trainer.config.schema import (
-    AGENTIC_ADV_ESTIMATORS,
-    UNBUILT_ADV_ESTIMATORS,
-    PipelineConfig,
-)
+from trainer.config.schema import AGENTIC_ADV_ESTIMATORS, UNBUILT_ADV_ESTIMATORS, PipelineConfig
 from trainer.config.topology import rollout_schedule
 
 NEAREST_ENV = {"sokoban_sandbox": "sokoban", "sokoban_native_env": "sokoban"}

@@ -14,18 +14,8 @@ from trainer.config.registries import (
     ROLL_REWARD_WORKERS,
     ROLL_UNSUPPORTED_REWARD_WORKERS,
 )
-from trainer.config.schema import (
-    UNBUILT_ADV_ESTIMATORS,
-    Fsdp2Config,
-    MegatronConfig,
-    PipelineConfig,
-)
-from trainer.config.topology import (
-    TRAINING_ROLES,
-    roles,
-    strategy_config,
-    strategy_name,
-)
+from trainer.config.schema import UNBUILT_ADV_ESTIMATORS, Fsdp2Config, MegatronConfig, PipelineConfig
+from trainer.config.topology import TRAINING_ROLES, roles, strategy_config, strategy_name
 
 
 def check_availability(config: PipelineConfig) -> list[ConfigIssue]:

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from trainer.config.checks.common import error, warning
 from trainer.config.issues import ConfigIssue
-from trainer.config.schema import (
-    DatasetFilter,
-    PipelineConfig,
-    SglangConfig,
-    VllmConfig,
-)
-from trainer.config.topology import (
-    domain_batch_sizes,
-    roles,
-    rollout_schedule,
-    strategy_config,
-)
+from trainer.config.schema import DatasetFilter, PipelineConfig, SglangConfig, VllmConfig
+from trainer.config.topology import domain_batch_sizes, roles, rollout_schedule, strategy_config
 
 
 def check_lengths(config: PipelineConfig) -> list[ConfigIssue]:

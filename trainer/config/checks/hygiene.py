@@ -10,10 +10,7 @@ from pydantic import BaseModel
 from trainer.config.checks.common import warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import BUILT_STRATEGIES
-from trainer.config.schema import (
-    PipelineConfig,
-    field_status,
-)
+from trainer.config.schema import PipelineConfig, field_status
 from trainer.config.topology import TRAINING_ROLES
 
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")

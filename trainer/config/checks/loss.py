@@ -5,11 +5,7 @@ from __future__ import annotations
 from trainer.config.checks.common import error, warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import PipelineConfig
-from trainer.config.topology import (
-    roles,
-    strategy_name,
-    train_shape,
-)
+from trainer.config.topology import roles, strategy_name, train_shape
 
 
 def check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:

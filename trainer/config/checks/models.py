@@ -5,16 +5,8 @@ from __future__ import annotations
 from trainer.config.checks.common import error, warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import ROLL_REWARD_WORKERS
-from trainer.config.schema import (
-    PipelineConfig,
-    VllmConfig,
-    WorkerConfig,
-)
-from trainer.config.topology import (
-    TRAINING_ROLES,
-    roles,
-    strategy_config,
-)
+from trainer.config.schema import PipelineConfig, VllmConfig, WorkerConfig
+from trainer.config.topology import TRAINING_ROLES, roles, strategy_config
 
 LORA_KNOBS = ("lora_rank", "lora_alpha", "lora_dropout", "additional_target", "autocast_adapter_dtype")
 

@@ -9,11 +9,7 @@ from trainer.config.bubblewrap import local_sandbox_refusal
 from trainer.config.checks.common import error, warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.outbound import OutboundRefused, precheck
-from trainer.config.registries import (
-    REWARD_TYPES,
-    ROLL_REWARD_WORKERS,
-    ROLL_UNSUPPORTED_REWARD_WORKERS,
-)
+from trainer.config.registries import REWARD_TYPES, ROLL_REWARD_WORKERS, ROLL_UNSUPPORTED_REWARD_WORKERS
 from trainer.config.schema import PipelineConfig
 from trainer.config.topology import rollout_schedule
 

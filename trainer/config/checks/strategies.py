@@ -6,17 +6,8 @@ from trainer.config.checks.common import error, warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.presets import owned_key_conflicts
 from trainer.config.registries import ROLE_STRATEGIES
-from trainer.config.schema import (
-    DeepSpeedConfig,
-    PipelineConfig,
-)
-from trainer.config.topology import (
-    TRAINING_ROLES,
-    roles,
-    strategy_config,
-    strategy_name,
-    train_shape,
-)
+from trainer.config.schema import DeepSpeedConfig, PipelineConfig
+from trainer.config.topology import TRAINING_ROLES, roles, strategy_config, strategy_name, train_shape
 
 
 def check_strategies(config: PipelineConfig) -> list[ConfigIssue]:

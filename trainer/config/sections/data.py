@@ -7,11 +7,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from trainer.config.registries import (
-    CHAT_TEMPLATES,
-    RAW_TEMPLATES,
-    SYNTHETIC_TASKS,
-)
+from trainer.config.registries import CHAT_TEMPLATES, RAW_TEMPLATES, SYNTHETIC_TASKS
 from trainer.config.sections.base import SEED_MAX, Section, fld, fld_factory, import_only
 
 

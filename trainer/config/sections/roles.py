@@ -8,11 +8,7 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from trainer.config.device_mapping import check_device_ids, parse_device_mapping
-from trainer.config.registries import (
-    JUDGE_PROMPTS,
-    REWARD_TYPES,
-    ROLL_REWARD_WORKERS,
-)
+from trainer.config.registries import JUDGE_PROMPTS, REWARD_TYPES, ROLL_REWARD_WORKERS
 from trainer.config.sections.base import Section, fld, fld_factory, import_only, planned
 from trainer.config.sections.data import DataArgs
 from trainer.config.sections.model import ModelArgs, TrainingArgs

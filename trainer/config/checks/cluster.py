@@ -200,9 +200,6 @@ def check_batch_arithmetic(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
-
-
-
 # the roles whose micro-batches the knobs cut: training (actor_train, critic) and forward-only passes
 MICRO_BATCH_PHASES = {"actor_train": ("train", "infer"), "critic": ("train", "infer"), "reference": ("infer",)}
 PACKING_ARGS = ("algorithm", "max_packed_sequence_length_train", "max_packed_sequence_length_forward",

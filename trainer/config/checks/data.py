@@ -75,7 +75,6 @@ def check_data(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
-
 DOMAINS_PATH = "actor_train.data_args.domain_interleave_probs"
 
 

@@ -70,7 +70,6 @@ def check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
-
 def check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:
     """A warning for every field set to a value other than its default that the engine does not
     act on (schema.Inactive): accepted for import only, or reserved for an unbuilt backend. The
@@ -114,6 +113,3 @@ def _sections_in(value: Any, path: str) -> list[tuple[BaseModel, str]]:
     if isinstance(value, Mapping):
         return [(v, f"{path}.{k}") for k, v in value.items() if isinstance(v, BaseModel)]
     return []
-
-
-# ---------------------------------------------------------------------------------------------

@@ -34,8 +34,6 @@ def check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
-# the roles whose micro-batches the knobs cut: training (actor_train, critic) and forward-only passes
-
 PG_VARIANTS_BUILT = ("ppo", "topr")  # ROLL's pg_variant values this build runs (tis, cispo, kimi15 are not)
 TOPR_WEIGHTS = ("topr_positive_weight", "topr_negative_weight")
 
@@ -81,8 +79,6 @@ def _policy_loss_issues(config: PipelineConfig) -> list[ConfigIssue]:
     if loss != "ppo" and config.dual_clip_loss:
         issues.append(warning("dual_clip_loss", f"unused: the dual clip applies to policy_loss ppo, not {loss}"))
     return issues
-
-
 
 
 # sampling knobs after which vLLM's log-probs are of another distribution than the trainer's (trainer.rollout.vllm)

@@ -100,7 +100,6 @@ def _judge_issues(config: PipelineConfig, path: str, reward: Any, is_judge: bool
     return issues
 
 
-
 QUERY_FILTER_ARGS = {"mean_filter": ("threshold_up", "threshold_down"), "std_filter": ("std_threshold",),
                      "no_filter": ()}
 

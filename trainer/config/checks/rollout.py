@@ -47,6 +47,3 @@ def check_async_rollout(config: PipelineConfig) -> list[ConfigIssue]:
     if config.stale_samples == "drop" and "stale_sample_decay" in config.model_fields_set:
         issues.append(warning("stale_sample_decay", "has no effect with stale_samples drop"))
     return issues
-
-
-# sampling knobs after which vLLM's log-probs are of another distribution than the trainer's (trainer.rollout.vllm)

@@ -19,7 +19,6 @@ def check_checkpointing(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
-
 def check_profiling(config: PipelineConfig) -> list[ConfigIssue]:
     """profiler_steps is a [first, last] range of steps; one profiling mode at a time (ROLL asserts it); a range
     that starts after the run's last step would profile nothing (trainer.roles.profiling)."""

@@ -137,8 +137,6 @@ class CustomEnvConfig(Section):
     )
 
 
-
-
 class AgenticKnobs(Section):
     """Agentic: environments, trajectory batches, the step-wise estimators' weights."""
 

@@ -78,8 +78,6 @@ class TrainInferCorrectionConfig(Section):
         return self.is_weight.enabled or any(f.enabled and (f.ratio_enabled or f.diff_enabled) for f in self.filters)
 
 
-
-
 class AlgorithmKnobs(Section):
     """Algorithm: the advantage estimator and its discounts."""
 

@@ -8,8 +8,6 @@ from pydantic import field_validator
 
 from trainer.config.sections.base import SEED_MAX, Dtype, Section, fld, fld_factory, import_only, planned
 
-# model / training / data / generation arguments of a worker
-
 
 class ModelArgs(Section):
     model_name_or_path: str | None = fld(

@@ -28,8 +28,6 @@ class RewardNormalization(Section):
         return {"traj_group_id": "state", "tags": "inductive"}.get(value, value) if isinstance(value, str) else value
 
 
-
-
 class RewardProcessingKnobs(Section):
     """Reward processing: clipping, whitening, normalisation."""
 

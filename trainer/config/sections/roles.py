@@ -295,8 +295,6 @@ class RewardWorkerConfig(WorkerConfig):
         return data
 
 
-
-
 class WorkerRoles(Section):
     """Worker roles."""
 

@@ -51,8 +51,6 @@ class GeneratingArgs(Section):
     seed: int | None = fld(None, category="Generation", ge=0, le=SEED_MAX, description="Sampling seed; unset derives it from the pipeline seed.")
 
 
-
-
 class BatchKnobs(Section):
     """Batch sizes and lengths."""
 

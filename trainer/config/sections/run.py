@@ -20,7 +20,6 @@ class CheckpointConfig(Section):
     )
 
 
-
 class ExperimentKnobs(Section):
     """Experiment: names, seed, model paths, output folders, profiler, tracker."""
 

@@ -18,9 +18,6 @@ from trainer.config.sections.base import (
     planned,
 )
 
-# strategy configs, typed per strategy_name
-
-
 MEGATRON_MOE = planned("Mixture-of-experts models under megatron_train / megatron_infer (Qwen2 and Llama are dense)")
 
 

@@ -141,7 +141,7 @@ def test_the_layer_check_catches_a_back_arrow_and_a_cluster_that_imports_a_role(
     ]
 
 
-# docs/architecture.md's order inside trainer.config (decision 0051): the section models, the schema that assembles
+# docs/architecture.md's order inside trainer.config (decision 0052): the section models, the schema that assembles
 # them, topology, the checks of each knob family, the validation that runs them. A module imports its own step
 # or lower ones; the sections import nothing of the config but each other and the small tables below; only
 # validation runs the checks.

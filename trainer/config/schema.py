@@ -2,7 +2,7 @@
 
 This module is the single source of truth's entry point: `PipelineConfig`, the whole experiment, assembled from
 the knob families in `trainer/config/sections/` (one module per family: each owns its section models and its
-flat top-level keys; decision 0051). Every field's type, default, description and form category lives there.
+flat top-level keys; decision 0052). Every field's type, default, description and form category lives there.
 Forms, REST validation, JSON Schema, docs/config.md, the importers and the trainer all read it. A ROLL config
 file loads unchanged; settings from verl, SkyRL and RLinf that ROLL lacks have a home too, so the importers never
 drop a value.

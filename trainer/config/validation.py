@@ -4,7 +4,7 @@ validate_config never raises for bad input: load errors, schema errors (with dot
 closest valid key name) and the cross-field rules all become ConfigIssues.
 
 This module orchestrates: parse (load, import, build the pydantic model, translate its errors) -> checks (the
-rules of each knob family, in trainer/config/checks/) -> derive. Decision 0051.
+rules of each knob family, in trainer/config/checks/) -> derive. Decision 0052.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The config's split into section and check modules (decision 0051) changes nothing a user or the platform sees.
+"""The config's split into section and check modules (decision 0052) changes nothing a user or the platform sees.
 
 A golden snapshot, taken from the unsplit `schema.py` / `validation.py`, holds the JSON Schema (its properties'
 order is the editor's field order), every section model's fields in order, and for every example config, importer

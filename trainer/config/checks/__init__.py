@@ -1,4 +1,4 @@
-"""The config's cross-field rules, one module per knob family (decision 0051).
+"""The config's cross-field rules, one module per knob family (decision 0052).
 
 Each rule is a plain function over a built `PipelineConfig` returning `ConfigIssue`s (errors name the field path
 and what would be valid; a knob that does nothing is a warning). `trainer/config/validation.py::check_rules`

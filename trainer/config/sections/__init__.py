@@ -1,4 +1,4 @@
-"""The config's section models, one module per knob family (decision 0051).
+"""The config's section models, one module per knob family (decision 0052).
 
 Each family module owns its section models (the nested keys: `actor_train.model_args`, `health`, …) and its flat
 top-level keys as a `PipelineConfig` mixin (`ExperimentKnobs`, `LossKnobs`, …); `trainer/config/schema.py`

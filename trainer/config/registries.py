@@ -27,6 +27,17 @@ SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 # Environments built into the trainer (trainer.envs.registry.ENVS has the same keys); ROLL's
 # `custom_envs.<tag>.env_type` names them.
 ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator", "tool_use")
+# Each environment's env_config keys (its constructor's parameters; tests/trainer/envs/test_envs.py keeps them
+# equal), so validation names a key an environment would refuse without building one.
+ENV_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "frozen_lake": ("size", "p", "is_slippery", "action_format"),
+    "sokoban": ("dim_x", "dim_y", "num_boxes", "search_depth", "action_format", "grid_lookup", "grid_vocab"),
+    "calculator": ("num_operands", "max_operand", "operators"),
+    "tool_use": ("tools", "catalog_size", "num_items", "max_quantity", "max_price", "max_tool_uses", "tool_reward",
+                 "tool_success_reward"),
+}
+# The action format every environment parses by default and ROLL's default `action_pattern`.
+ANSWER_TAG_PATTERN = r"<answer>(.*?)</answer>"
 # Environments that take Qwen/Hermes tool calls (trainer.envs.tools): parse_tool_call_parameter_to_dict acts
 # on them.
 TOOL_CALL_ENV_TYPES: tuple[str, ...] = ("tool_use",)

@@ -16,8 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from trainer.config.registries import ANSWER_TAG_PATTERN
+
 ACTION_FORMATS: tuple[str, ...] = ("answer_tag", "plain")
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_TAG = re.compile(ANSWER_TAG_PATTERN, re.DOTALL)
 
 
 def tagged(reply: str, pattern: re.Pattern[str]) -> str | None:

@@ -25,15 +25,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainer.config.roll_env_config import episode_turns, split_roll_env_config
 from trainer.envs.base import Env
 from trainer.envs.registry import env_manager_kind, make_env
-from trainer.envs.roll_env_config import split_roll_env_config
 
 if TYPE_CHECKING:
     from trainer.config.schema import CustomEnvConfig, EnvManagerConfig
-
-DEFAULT_MAX_TURNS = 10  # CustomEnvConfig.max_steps when neither it nor max_actions_per_traj is set
-
 
 def derive_seed(*parts: object) -> int:
     """A 31-bit seed from any parts (blake2b of their text): stable across processes and platforms."""
@@ -73,9 +70,8 @@ class TurnLimits:
 
 
 def turn_limits(spec: CustomEnvConfig) -> TurnLimits:
-    """max_steps, else max_actions_per_traj, else DEFAULT_MAX_TURNS turns."""
-    turns = spec.max_steps or spec.max_actions_per_traj or DEFAULT_MAX_TURNS
-    return TurnLimits(turns, spec.max_actions_per_traj, spec.max_tokens_per_step)
+    """episode_turns replies (max_steps, else max_actions_per_traj, else the default), per-turn limits."""
+    return TurnLimits(episode_turns(spec), spec.max_actions_per_traj, spec.max_tokens_per_step)
 
 
 @dataclass(frozen=True)
@@ -132,7 +128,7 @@ class EnvManager:
         spec = self.specs[tag]
         options, penalty = split_roll_env_config(spec.env_type, spec.env_config, tag=tag,
                                                  episode_turns=self.limits(tag).max_turns)
-        if penalty is not None:  # ROLL's environment-level format_penalty (trainer.envs.roll_env_config)
+        if penalty is not None:  # ROLL's environment-level format_penalty (trainer.config.roll_env_config)
             self.format_penalties[tag] = penalty
         return make_env(spec.env_type, options, where=f"custom_envs.{tag}.env_type", pipeline=self.pipeline)
 

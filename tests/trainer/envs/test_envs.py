@@ -7,13 +7,13 @@ from collections import deque
 
 import pytest
 
-from trainer.config.registries import ENV_TYPES
+from trainer.config.registries import ANSWER_TAG_PATTERN, ENV_CONFIG_KEYS, ENV_TYPES
 from trainer.config.schema import CustomEnvConfig, EnvManagerConfig
-from trainer.envs.actions import parse_action
+from trainer.envs.actions import ANSWER_TAG, parse_action
 from trainer.envs.calculator import Calculator, CalculatorError, evaluate, format_number
 from trainer.envs.grid import ALIASES, MOVES, FrozenLake, Sokoban
 from trainer.envs.manager import EnvManager, group_tags
-from trainer.envs.registry import ENVS, env_manager_kind, make_env
+from trainer.envs.registry import ENVS, env_config_keys, env_manager_kind, make_env
 
 # -- determinism --------------------------------------------------------------------------------
 
@@ -258,6 +258,9 @@ def test_calculator_episode_tool_call_then_answer() -> None:
 
 def test_registry_names_equal_the_config_registry_and_unknown_names_are_refused() -> None:
     assert tuple(ENVS) == ENV_TYPES
+    # validation's copy of each environment's keys and of the default action parse
+    assert {name: tuple(env_config_keys(name)) for name in ENVS} == ENV_CONFIG_KEYS
+    assert ANSWER_TAG.pattern == ANSWER_TAG_PATTERN
     with pytest.raises(
         ValueError,
         match=r"custom_envs.Maze.env_type: 'maze' is not a registered environment; "

@@ -10,11 +10,13 @@ from typing import Any
 from trainer.config.checks.common import NOT_BUILT, error, warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import (
+    ENV_CONFIG_KEYS,
     ENV_TYPES,
     ROLL_ENV_MANAGERS,
     ROLL_UNSUPPORTED_ENV_MANAGERS,
     TOOL_CALL_ENV_TYPES,
 )
+from trainer.config.roll_env_config import episode_turns, split_roll_env_config
 from trainer.config.schema import AGENTIC_ADV_ESTIMATORS, UNBUILT_ADV_ESTIMATORS, PipelineConfig
 from trainer.config.topology import rollout_schedule
 
@@ -98,10 +100,33 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
         elif turn == config.response_length and config.train_env_manager is not None:
             issues.append(warning(f"custom_envs.{tag}.max_tokens_per_step", "unset, so each turn may take all of "
                                   "response_length and a trajectory has room for one turn; set it"))
-    from trainer.envs.roll_env_config import env_config_errors
-
-    # what the played environments would refuse when built (ROLL's env_config keys: trainer.envs.roll_env_config)
+    # what the played environments would refuse when built (ROLL's env_config keys: trainer.config.roll_env_config)
     return issues + [error(path, message) for path, message in env_config_errors(config)]
+
+
+def env_config_errors(config: PipelineConfig) -> list[tuple[str, str]]:
+    """(field, message) for each env_config of a played environment (a tag of an env manager) that its environment
+    would refuse when built: a ROLL value not built (trainer.config.roll_env_config) or a key the environment does
+    not take, each naming the override that removes it. A value out of an environment's range is refused when the
+    env manager builds it at start (trainer.envs.registry.make_env), before the first step."""
+    played = {tag for m in (config.train_env_manager, config.val_env_manager) if m is not None for tag in m.tags}
+    out = []
+    for tag in sorted(played):
+        spec = config.custom_envs.get(tag)
+        if spec is None or spec.env_type not in ENV_CONFIG_KEYS:
+            continue  # reported as an unknown tag or env_type
+        where = f"custom_envs.{tag}.env_config"
+        try:
+            options, _ = split_roll_env_config(spec.env_type, spec.env_config, tag=tag, episode_turns=episode_turns(spec))
+        except ValueError as exc:
+            path, _, message = str(exc).partition(": ")
+            out.append((path, message))
+            continue
+        valid = ENV_CONFIG_KEYS[spec.env_type]
+        out += [(f"{where}.{key}", f"not a setting of the built {spec.env_type} environment (valid: {', '.join(valid)}); "
+                 f"it is not built in this version of PolicyLab; without it the environment plays as its own "
+                 f"settings say: override ~{where}.{key}") for key in sorted(set(options) - set(valid))]
+    return out
 
 
 def _tool_call_issues(config: PipelineConfig) -> list[ConfigIssue]:

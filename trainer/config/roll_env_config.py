@@ -1,5 +1,7 @@
 """ROLL's env_config keys for the environments built here, read as what acts here (issue 43).
 
+Config layer: validation (trainer.config.checks.agentic) and the env manager (trainer.envs.manager) both read it.
+
 ROLL's example files compose `examples/config/traj_envs.yaml` / `step_envs.yaml`, whose Sokoban and FrozenLake
 entries give each environment ROLL's own constructor keys (roll/pipeline/agentic/env/{sokoban,frozen_lake}/env.py):
 
@@ -8,7 +10,7 @@ entries give each environment ROLL's own constructor keys (roll/pipeline/agentic
   other pattern (e.g. FrozenLakeThink's `<think>…</think><answer>…</answer>`) is not built: refused, naming the
   override that plays the environment on the answer-tag parse.
 - `max_steps`: ROLL's environment truncates after max_steps actions; here an episode ends after
-  `custom_envs.<tag>.max_steps` replies (manager.turn_limits). An env max_steps not below that limit is never
+  `custom_envs.<tag>.max_steps` replies (episode_turns below). An env max_steps not below that limit is never
   reached (as in ROLL's files, which set both from max_actions_per_traj); a lower one is refused, naming the
   override that makes it the episode's limit.
 - `format_penalty`: the reward ROLL's environment adds to a reply that breaks the action format. ROLL main never
@@ -23,10 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.envs.actions import ANSWER_TAG
+from trainer.config.registries import ANSWER_TAG_PATTERN
 
 if TYPE_CHECKING:
-    from trainer.config.schema import PipelineConfig
+    from trainer.config.sections.agentic import CustomEnvConfig
+
+DEFAULT_MAX_TURNS = 10  # CustomEnvConfig.max_steps when neither it nor max_actions_per_traj is set
 
 ROLL_KEYS: dict[str, tuple[str, ...]] = {
     "sokoban": ("dim_room", "action_pattern", "max_steps", "format_penalty"),
@@ -38,7 +42,7 @@ def split_roll_env_config(env_type: str, env_config: Mapping[str, Any] | None, *
                           episode_turns: int) -> tuple[dict[str, Any], float | None]:
     """(env_config in the environment's own keys, the format penalty ROLL's `format_penalty` sets or None).
 
-    `episode_turns` is the episode's reply limit here (manager.turn_limits). ValueError naming the field and the
+    `episode_turns` is the episode's reply limit here (episode_turns below). ValueError naming the field and the
     override for a ROLL key whose value is not built (module docstring)."""
     options = dict(env_config or {})
     where = f"custom_envs.{tag}.env_config"
@@ -51,9 +55,9 @@ def split_roll_env_config(env_type: str, env_config: Mapping[str, Any] | None, *
         options.setdefault("dim_y", room[1])
     if "action_pattern" in keys and "action_pattern" in options:
         pattern = options.pop("action_pattern")
-        if pattern != ANSWER_TAG.pattern:
+        if pattern != ANSWER_TAG_PATTERN:
             raise ValueError(f"{where}.action_pattern: {pattern!r} is not built in this version of PolicyLab "
-                             f"(built: ROLL's default {ANSWER_TAG.pattern!r}, the answer-tag parse); without it "
+                             f"(built: ROLL's default {ANSWER_TAG_PATTERN!r}, the answer-tag parse); without it "
                              f"the environment reads the action in <answer>…</answer>: override ~{where}.action_pattern")
         options.setdefault("action_format", "answer_tag")
     if "max_steps" in keys and "max_steps" in options:
@@ -65,37 +69,6 @@ def split_roll_env_config(env_type: str, env_config: Mapping[str, Any] | None, *
     return options, None if penalty is None else float(penalty)
 
 
-def env_config_errors(config: PipelineConfig) -> list[tuple[str, str]]:
-    """(field, message) for each env_config of a played environment (a tag of an env manager) that its environment
-    would refuse when built: a ROLL value not built (above) or a key the environment does not take, each naming
-    the override that removes it. Validation reports them; trainer.envs.manager would fail on them at start."""
-    from trainer.envs.manager import turn_limits
-    from trainer.envs.registry import ENVS, env_config_keys, make_env
-
-    played = {tag for m in (config.train_env_manager, config.val_env_manager) if m is not None for tag in m.tags}
-    out = []
-    for tag in sorted(played):
-        spec = config.custom_envs.get(tag)
-        if spec is None or spec.env_type not in ENVS:
-            continue  # reported as an unknown tag or env_type
-        where = f"custom_envs.{tag}.env_config"
-        try:
-            options, _ = split_roll_env_config(spec.env_type, spec.env_config, tag=tag,
-                                               episode_turns=turn_limits(spec).max_turns)
-        except ValueError as exc:
-            path, _, message = str(exc).partition(": ")
-            out.append((path, message))
-            continue
-        valid = env_config_keys(spec.env_type)
-        unknown = sorted(set(options) - set(valid))
-        for key in unknown:
-            out.append((f"{where}.{key}", f"not a setting of the built {spec.env_type} environment (valid: "
-                        f"{', '.join(valid)}); it is not built in this version of PolicyLab; without it the "
-                        f"environment plays as its own settings say: override ~{where}.{key}"))
-        if not unknown:
-            try:
-                make_env(spec.env_type, options, where=f"custom_envs.{tag}.env_type")
-            except ValueError as exc:
-                path, _, message = str(exc).partition(": ")
-                out.append((path, message))
-    return out
+def episode_turns(spec: CustomEnvConfig) -> int:
+    """Replies before an episode is cut off: max_steps, else max_actions_per_traj, else DEFAULT_MAX_TURNS."""
+    return spec.max_steps or spec.max_actions_per_traj or DEFAULT_MAX_TURNS

@@ -403,6 +403,7 @@ class CursorQuery(serializers.Serializer):
 class LogLineOut(serializers.Serializer):
     id = serializers.IntegerField(help_text="the cursor: ask for ?after=<id> to get the lines after this one")
     seq = serializers.IntegerField(help_text="the trainer event's seq; negative for the Ray driver's output")
+    line_no = serializers.IntegerField(help_text="the line's index within its event (seq, line_no is unique)")
     attempt = serializers.IntegerField()
     level = serializers.CharField(help_text='a log level, or "driver" for the Ray job\'s output')
     text = serializers.CharField(allow_blank=True, help_text="ANSI colour codes removed")

@@ -265,3 +265,35 @@ def test_resume_from_is_run_relative_in_answers_and_accepted_run_relative_in_req
     assert resumed.status_code == 201 and resumed.json()["resume_from"] == "checkpoints/step_4"
     detail = api_alice.get(f"/api/runs/{run.pk}/").json()
     assert detail["resume_from"] == "checkpoints/step_4" and str(run.run_dir) not in str(detail)
+
+
+def test_a_log_line_has_one_shape_in_the_api_its_schema_and_the_live_log_frame(api_alice, run):
+    """Issue 42: selectors.log_dict is the one shape of a log line; the API page, the websocket's run.logs frame
+    (colours kept, so the same text for a line without escapes) and the OpenAPI schema all carry its keys."""
+    from policylab.api.tracking_views import LogLineOut
+    from policylab.tracking.selectors import log_dict
+
+    line = LogLine.objects.create(run=run, attempt=1, seq=-1, line_no=7, level="driver", text="step 1/6", time=2.0)
+    shown = api_alice.get(f"/api/runs/{run.pk}/logs/").json()["results"]
+    assert shown == [log_dict(line, colours=True)]
+    assert shown[0]["line_no"] == 7
+    assert set(LogLineOut().fields) == set(shown[0])
+
+
+def test_a_rollout_sample_and_a_checkpoint_have_one_shape_in_the_api_and_the_replayed_events(api_alice, run):
+    """Issue 42: the rollouts API, the sample detail and the events page (what a reconnecting websocket replays)
+    show a sample through selectors.rollout_dict, and a checkpoint through selectors.checkpoint_dict."""
+    sample = {"group_id": 0, "sample_index": 1, "prompt": "2+2?", "response": "4", "reward": 1.0, "advantage": 0.5,
+              "prompt_length": 3, "response_length": 1, "stop_reason": "stop", "tokens": ["4"],
+              "token_logprobs": [-0.1], "token_advantages": [0.5], "token_mask": [1]}
+    ingest_events([event("rollouts", run.pk, 1, 1, {"samples": [sample]}), saved(run, 2, 2)], run_id=run.pk,
+                  publish=False)
+    listed = api_alice.get(f"/api/runs/{run.pk}/rollouts/").json()["results"][0]
+    assert api_alice.get(f"/api/rollouts/{listed['id']}/").json() == listed
+    replayed = api_alice.get(f"/api/runs/{run.pk}/events/").json()["events"]
+    assert [e["type"] for e in replayed] == ["rollouts", "checkpoint"]
+    token_keys = {"tokens", "token_logprobs", "token_logprobs_trainer", "token_logprob_mismatch", "token_advantages",
+                  "token_mask", "turns"}
+    assert replayed[0]["data"]["samples"] == [{k: v for k, v in listed.items() if k not in token_keys}]
+    checkpoint = api_alice.get(f"/api/runs/{run.pk}/checkpoints/").json()["results"][0]
+    assert replayed[1]["data"] == checkpoint and checkpoint["path"] == "checkpoints/step_2"

@@ -46,7 +46,7 @@ from policylab.tracking.models import (
     SystemPoint,
 )
 from policylab.tracking.rollout_facts import mismatch_summary, prompt_hash, token_mismatch
-from policylab.tracking.selectors import checkpoint_dicts, log_colours, stop_reason_words
+from policylab.tracking.selectors import checkpoint_dicts, log_colours, rollout_dict, stop_reason_words
 from trainer.config.bounds import INT64_MAX
 from trainer.telemetry.events import EventError, parse_event
 
@@ -730,6 +730,16 @@ def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> 
         for e in checkpoints:
             e["data"] = {**e["data"], "id": ids.get(int(e["data"].get("step", e["step"])))}
         checkpoints[-1]["data"]["checkpoints"] = checkpoint_dicts(Run.objects.get(pk=run_id), rows)
+    rollouts = {e["seq"]: e for e in live if e["type"] == "rollouts"}
+    if rollouts:  # one shape of a sample (issue 42): the stored row as the API and a replay show it, texts shortened
+        stored: dict[int, list[RolloutSample]] = {}
+        for sample in RolloutSample.objects.filter(run_id=run_id, seq__in=list(rollouts)):
+            stored.setdefault(sample.seq, []).append(sample)
+        for seq, rows_of in stored.items():
+            rollouts[seq]["data"] = {"samples": [
+                {**rollout_dict(s, tokens=False), "prompt": s.prompt[:LIVE_TEXT_LIMIT],
+                 "response": s.response[:LIVE_TEXT_LIMIT]} for s in rows_of[:LIVE_SAMPLES]
+            ]}
     try:
         async_to_sync(send_chunks)(layer, group_name(run_id), live, last_seq)
     except Exception:  # a channel layer outage must not lose the (committed) batch or stop ingest

@@ -148,3 +148,26 @@ def test_large_snapshots_and_replays_are_split_below_the_frame_limit() -> None:
     assert [e["seq"] for f in replay for e in f["events"]] == list(range(1, 201))
     assert "seq" not in replay[0] and replay[-1]["seq"] == 200
     assert all(len(json.dumps(f)) < 1_000_000 for f in replay)
+
+
+def test_a_live_rollouts_event_shows_samples_as_the_api_and_a_replay_do(make_run, user) -> None:
+    """Issue 42: a sample has one shape (selectors.rollout_dict without token arrays): the live frame carried the
+    trainer's raw sample before (no id, prompt_hash, attempt or frames_url), now the stored row."""
+    async_to_sync(live_rollouts_shape)(make_run(user=user), session_headers(user))
+
+
+async def live_rollouts_shape(run, headers) -> None:
+    from policylab.tracking.selectors import rebuild_events
+
+    comm = communicator(run.pk, headers)
+    assert (await comm.connect())[0]
+    await receive_until(comm, lambda got: got and "seq" in got[-1])
+    sample = {"group_id": 0, "sample_index": 0, "prompt": "2+2?", "response": "4", "reward": 1.0, "advantage": 0.5,
+              "prompt_length": 3, "response_length": 1, "stop_reason": "stop", "tokens": ["4"]}
+    await database_sync_to_async(ingest_events)([event("rollouts", run.pk, 1, 1, {"samples": [sample]})])
+    live = await receive_until(comm, lambda got: any(m.get("type") == "events" for m in got))
+    shown = next(e for m in live if m.get("type") == "events" for e in m["events"] if e["type"] == "rollouts")
+    replayed = await database_sync_to_async(rebuild_events)(run, 0, 1)
+    assert shown["data"]["samples"] == replayed[0]["data"]["samples"]
+    assert {"id", "prompt_hash", "attempt", "frames_url"} <= set(shown["data"]["samples"][0])
+    await comm.disconnect()

@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 from django.db import DatabaseError, close_old_connections
@@ -119,7 +119,7 @@ class StreamIngestor:
             # streams again.
             self.streams = set()
             return 0
-        return self.handle(entries or [])
+        return self.handle(cast(list[tuple[str, list[tuple[Any, dict]]]], entries or []))  # redis types it loosely
 
     def claim_stale(self) -> int:
         """Take over entries that a dead consumer read but never acked."""

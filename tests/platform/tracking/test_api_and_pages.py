@@ -108,3 +108,21 @@ def test_plotly_is_served_locally(client_of, user) -> None:
     assert path and path.endswith("plotly.min.js")
     with open(path, encoding="utf-8") as bundle:
         assert "plotly" in bundle.read(2000).lower()
+
+
+def test_plotly_goes_out_gzipped_to_a_browser_that_accepts_it(client) -> None:
+    """The 4.8 MB bundle is the first page's heaviest download: WhiteNoise sends its gzip copy (under a third of
+    the size) with Vary, and the plain file to a client that does not accept gzip."""
+    import gzip
+
+    from policylab.tracking.finders import plotly_bundle
+
+    plain = client.get("/static/vendor/plotly.min.js")
+    packed = client.get("/static/vendor/plotly.min.js", HTTP_ACCEPT_ENCODING="gzip, deflate, br")
+    assert plain.status_code == packed.status_code == 200
+    assert "Content-Encoding" not in plain.headers
+    assert packed.headers["Content-Encoding"] == "gzip" and "Accept-Encoding" in packed.headers["Vary"]
+    body = b"".join(packed.streaming_content)
+    original = plotly_bundle().read_bytes()
+    assert len(body) < len(original) / 3
+    assert gzip.decompress(body) == original

@@ -41,6 +41,7 @@ def served_bundle() -> Path:
             handle, temporary = tempfile.mkstemp(dir=folder, prefix=".partial-")
             os.close(handle)
             write(source, Path(temporary))
+            os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from a file server of another user
             os.replace(temporary, target)  # a concurrent process sees the whole file or none
     except OSError:
         return source

@@ -41,7 +41,7 @@ class Bench:
     name: str
     full: tuple[tuple[str, ...], ...] = ((),)  # the README's command lines (arguments after the script)
     smoke_ratio: str = ""  # empty: the smoke prints a ratio line; else why it does not
-    slow: str = ""  # why its smoke takes more than ~30 s on the 2-core CI machine (pytest marks it `slow`)
+    slow: str = ""  # why its smoke takes more than ~30 s on the 2-core CI machine (CI runs it all the same)
 
     @property
     def script(self) -> Path:

@@ -6,6 +6,8 @@ world_size)`. `WorkerGroup` hosts one instance per rank in a Ray actor placed in
 calls, and a failure on any rank surfaces at once as a `WorkerGroupError` naming role and rank.
 A call names its method by reference (`group.call_sharded(Actor.train_step, batch)`: a reader and a
 type checker can follow it to the role's Protocol); a string still works for ad-hoc worker classes.
+Both classes are generic in their role (`WorkerGroup[Actor]`, the Protocol in trainer.roles): a method of
+another role is a type error (mypy), and the call's result has the method's return type.
 A Protocol method declares how it is called (`@dispatch("sharded")`, as verl's `@register(dispatch_mode=…)`),
 and a group refuses the other calls: `call_all(Actor.train_step, batch)` would train every rank on the
 whole batch, so it is an error before any rank runs.
@@ -19,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from trainer.cluster import distributed as dist_setup
 from trainer.cluster.resources import ResourcePool
@@ -38,6 +40,12 @@ Dispatch = Literal["all", "sharded", "rank0"]
 """all: the same arguments on every rank; sharded: rank r gets the r-th slice of the batch; rank0: rank 0 only."""
 DECLARED_DISPATCH: dict[Callable[..., Any], Dispatch] = {}
 _F = TypeVar("_F", bound=Callable[..., Any])
+# a group's role: the Protocol in trainer.roles its calls are checked against (cluster imports no role, so
+# unbound here); covariant, as it is only ever an argument of the methods a call takes: WorkerGroup[Actor]
+# is a WorkerGroup[Role]
+R = TypeVar("R", covariant=True)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def dispatch(mode: Dispatch) -> Callable[[_F], _F]:
@@ -150,7 +158,7 @@ class WorkerHost:
         return [ray.put(self.call(method, args, kwargs))]
 
 
-class WorkerGroup:
+class WorkerGroup(Generic[R]):
     """`world_size` Ray actors of `worker_cls` for `role`, placed in `pool`.
 
     distributed=True: every actor joins one torch.distributed group (gloo on CPU, nccl on GPU)
@@ -272,12 +280,19 @@ class WorkerGroup:
             self.in_flight = None
         return results
 
-    def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
+    @overload
+    def call_all(self, method: Callable[Concatenate[R, P], T], *args: P.args, **kwargs: P.kwargs) -> list[T]: ...
+    @overload
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]: ...
+
+    def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list[Any]:
         """The same call on every rank; results in rank order."""
         method = method_name(method, "all")
         return self._gather([a.call.remote(method, args, kwargs) for a in self.actors], method, self.timeout_s)
 
-    def call_all_deferred(self, method: Method, *args: Any, wait: bool = True, **kwargs: Any) -> Deferred:
+    # the method's arguments are not checked (a keyword of the group's own, `wait`, stands between them)
+    def call_all_deferred(self, method: Callable[Concatenate[R, ...], Any] | str, *args: Any, wait: bool = True,
+                          **kwargs: Any) -> Deferred:
         """The same call on every rank, rank 0's result left in Ray's object store: a `Deferred` to pass as an
         argument of another group's call, which fetches it itself (weights go from actor_train to actor_infer
         without a round trip through the driver). wait=True waits like `call_all` (errors and hangs surface
@@ -291,12 +306,24 @@ class WorkerGroup:
             self.unsettled.append((method, refs))
         return Deferred(self.role, 0, method, refs[0])
 
-    def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list:
+    # the shard stands where the method's first argument is: the method and result are typed, not its arguments
+    @overload
+    def call_sharded(self, method: Callable[Concatenate[R, ...], T], batch: Mapping[str, Any],
+                     **kwargs: Any) -> list[T]: ...
+    @overload
+    def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list[Any]: ...
+
+    def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list[Any]:
         """Rank r gets the r-th equal contiguous slice (along dim 0) of every value in `batch`."""
         method = method_name(method, "sharded")
         shards = shard_batch(batch, self.world_size)
         refs = [a.call.remote(method, (shard,), kwargs) for a, shard in zip(self.actors, shards, strict=True)]
         return self._gather(refs, method, self.timeout_s)
+
+    @overload
+    def call_rank0(self, method: Callable[Concatenate[R, P], T], *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
 
     def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
         """Only rank 0 (a method without collectives, or the group would wait on the others)."""
@@ -324,7 +351,7 @@ def _still_busy(pending: Mapping[ray.ObjectRef, tuple[int, str, bool]]) -> str:
     return f" (ranks {ranks} had not answered: hung, or waiting in a collective)"
 
 
-class LocalWorkerGroup:
+class LocalWorkerGroup(Generic[R]):
     """The same calls on one worker (rank 0 of 1) in this process: tests, debugging, CPU demos.
 
     distributed=True sets up a one-rank gloo/nccl group when none exists, so fsdp2_train runs too.
@@ -365,15 +392,37 @@ class LocalWorkerGroup:
         finally:
             self.in_flight = None
 
-    def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list:
+    @overload
+    def call_all(self, method: Callable[Concatenate[R, P], T], *args: P.args, **kwargs: P.kwargs) -> list[T]: ...
+    @overload
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]: ...
+
+    def call_all(self, method: Method, *args: Any, **kwargs: Any) -> list[Any]:
         return [self._call(method, args, kwargs, "all")]
+
+    @overload
+    def call_all_deferred(self, method: Callable[Concatenate[R, ...], T], *args: Any, wait: bool = True,
+                          **kwargs: Any) -> T: ...
+    @overload
+    def call_all_deferred(self, method: str, *args: Any, wait: bool = True, **kwargs: Any) -> Any: ...
 
     def call_all_deferred(self, method: Method, *args: Any, wait: bool = True, **kwargs: Any) -> Any:
         """In one process there is nothing to defer: the result itself."""
         return self._call(method, args, kwargs, "all")
 
-    def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list:
+    @overload
+    def call_sharded(self, method: Callable[Concatenate[R, ...], T], batch: Mapping[str, Any],
+                     **kwargs: Any) -> list[T]: ...
+    @overload
+    def call_sharded(self, method: str, batch: Mapping[str, Any], **kwargs: Any) -> list[Any]: ...
+
+    def call_sharded(self, method: Method, batch: Mapping[str, Any], **kwargs: Any) -> list[Any]:
         return [self._call(method, (shard_batch(batch, 1)[0],), kwargs, "sharded")]
+
+    @overload
+    def call_rank0(self, method: Callable[Concatenate[R, P], T], *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
 
     def call_rank0(self, method: Method, *args: Any, **kwargs: Any) -> Any:
         return self._call(method, args, kwargs, "rank0")
@@ -385,3 +434,7 @@ class LocalWorkerGroup:
         if self.owns_process_group:
             dist_setup.destroy_process_group()
             self.owns_process_group = False
+
+
+Group = WorkerGroup[R] | LocalWorkerGroup[R]
+"""A role's group, on Ray or in this process (trainer.roles.RoleGroups names each role's)."""

@@ -72,7 +72,7 @@ def build_env_managers(cfg: PipelineConfig) -> tuple[EnvManager, EnvManager | No
 class AgenticPipeline(RLVRPipeline):
     """The RLVR pipeline with environments in place of prompts (module docstring)."""
 
-    def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: dict[str, Any], tokenizer: Any,
+    def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: roles.RoleGroups, tokenizer: Any,
                  train_envs: EnvManager, val_envs: EnvManager | None,
                  log: Callable[[str], None] = print) -> None:
         self.train_envs, self.val_envs = train_envs, val_envs
@@ -188,7 +188,7 @@ class AgenticPipeline(RLVRPipeline):
                     multiple = math.lcm(multiple, topology.train_shape(self.cfg, role).global_batch)
             for role in ("reference", *topology.TRAINING_ROLES):  # the sharded roles
                 if role in self.groups:
-                    multiple = math.lcm(multiple, len(self.groups[role].call_all(roles.Role.ping)))
+                    multiple = math.lcm(multiple, len(roles.group_named(self.groups, role).call_all(roles.Role.ping)))
             self.row_multiple = multiple
         return real + [real[j % len(real)] for j in range(-len(real) % self.row_multiple)]
 

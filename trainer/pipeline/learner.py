@@ -118,7 +118,7 @@ class Learner:
     """The update of one step over the trained groups (module docstring). Holds the KL controller and the
     running reward statistics, the only state an update carries to the next one."""
 
-    def __init__(self, cfg: PipelineConfig, groups: dict[str, Any], *, schedule: RolloutSchedule,
+    def __init__(self, cfg: PipelineConfig, groups: roles.RoleGroups, *, schedule: RolloutSchedule,
                  recomputes: bool) -> None:
         self.cfg, self.groups, self.schedule = cfg, groups, schedule
         self.recomputes_log_probs = recomputes

@@ -4,7 +4,7 @@ step, and report each file written as a `profile` event."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -13,21 +13,22 @@ from trainer.config import topology
 from trainer.roles.profiling import ProfileSettings
 
 if TYPE_CHECKING:
+    from trainer.cluster.worker_group import Group
     from trainer.config.schema import PipelineConfig
 
-def profiled_groups(cfg: PipelineConfig, groups: Mapping[str, Any]) -> list[Any]:
+def profiled_groups(cfg: PipelineConfig, groups: roles.RoleGroups) -> list[Group[roles.Role]]:
     """The groups of the roles whose calls compute with torch (topology.COMPUTING_ROLES); the rollout engine
     only as hf_infer (vLLM generates in its own engine processes, out of this process's profiler's sight)."""
     names = [r for r in topology.COMPUTING_ROLES if r in groups]
     if "actor_infer" in names and topology.strategy_name("actor_infer", cfg.actor_infer) != "hf_infer":
         names.remove("actor_infer")
-    return [groups[name] for name in names]
+    return [roles.group_named(groups, name) for name in names]
 
 
 class StepProfiler:
     """`with profiler.step(k):` around step k of the loop; nothing at all unless profiling is on and k is in range."""
 
-    def __init__(self, cfg: PipelineConfig, groups: Mapping[str, Any], emitter: Any) -> None:
+    def __init__(self, cfg: PipelineConfig, groups: roles.RoleGroups, emitter: Any) -> None:
         self.settings = ProfileSettings.from_config(cfg)
         self.groups = profiled_groups(cfg, groups) if self.settings is not None else []
         self.emitter = emitter

@@ -46,6 +46,7 @@ from trainer.pipeline.profiling import StepProfiler
 from trainer.rollout.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
+    from trainer.cluster.worker_group import Group
     from trainer.config.schema import PipelineConfig
     from trainer.pipeline.watchdog import Watchdog
 
@@ -120,7 +121,7 @@ def rollout_log_probs(gens: list[Generation], width: int) -> torch.Tensor:
 WEIGHT_BUCKET_BYTES = 256 * 2**20  # an in-process weight sync holds at most this much beyond both models
 
 
-def weights_in_process(cfg: PipelineConfig, groups: dict[str, Any]) -> bool:
+def weights_in_process(cfg: PipelineConfig, groups: roles.RoleGroups) -> bool:
     """Whether weight sync can hand actor_train's tensors to actor_infer on their device (bucketed, in
     the engine's dtype): both roles in this process, a trainer whose full weights are its own
     parameters or FSDP2 shards gathered on the device, and an engine that loads any subset (hf_infer).
@@ -132,7 +133,8 @@ def weights_in_process(cfg: PipelineConfig, groups: dict[str, Any]) -> bool:
             and (train == "torch_train" or (train == "fsdp2_train" and not options.cpu_offload)))
 
 
-def push_weights_in_process(train: Any, infer: Any, bucket_bytes: int = WEIGHT_BUCKET_BYTES) -> int:
+def push_weights_in_process(train: Group[roles.Actor], infer: Group[roles.Rollout],
+                            bucket_bytes: int = WEIGHT_BUCKET_BYTES) -> int:
     """actor_train's weights into actor_infer's engine bucket by bucket, on the engine's device and in
     its dtype (one GPU: device to device, no CPU round trip). Returns the number of buckets sent.
 
@@ -151,7 +153,7 @@ def push_weights_in_process(train: Any, infer: Any, bucket_bytes: int = WEIGHT_B
 class RLVRPipeline:
     """Owns the worker groups, the data sampler, the learner (trainer.pipeline.learner) and the step counter."""
 
-    def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: dict[str, Any], tokenizer: Any,
+    def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: roles.RoleGroups, tokenizer: Any,
                  train_prompts: list[dict], eval_prompts: Sequence[Any], sampler: Any,
                  log: Callable[[str], None] = print) -> None:
         self.cfg, self.emitter, self.groups, self.tokenizer = cfg, emitter, groups, tokenizer
@@ -570,7 +572,7 @@ class RLVRPipeline:
             torch.save(ckpt.get_rng_state(), tmp / "driver_rng.pt")
             for role in topology.TRAINING_ROLES:
                 if role in self.groups:
-                    self.groups[role].call_all(roles.Trained.save_checkpoint, str(tmp))
+                    roles.group_named(self.groups, role).call_all(roles.Trained.save_checkpoint, str(tmp))
             with self.engine_turn():
                 self.groups["actor_infer"].call_all(roles.Role.save_rng, str(tmp))
             if "reference" in self.groups:
@@ -615,10 +617,10 @@ class RLVRPipeline:
         trained: dict[str, list[dict[str, Any]]] = {}
         for role in topology.TRAINING_ROLES:
             if role in self.groups:
-                trained[role] = self.groups[role].call_all(roles.Trained.load_checkpoint, str(path))
+                trained[role] = roles.group_named(self.groups, role).call_all(roles.Trained.load_checkpoint, str(path))
         for role in topology.COMPUTING_ROLES:  # the others' RNG: actor_infer, reference
             if role in self.groups and role not in topology.TRAINING_ROLES:
-                self.groups[role].call_all(roles.Role.load_rng, str(path))
+                roles.group_named(self.groups, role).call_all(roles.Role.load_rng, str(path))
         ckpt.set_rng_state(torch.load(path / "driver_rng.pt", weights_only=True))
         self.sync_weights()
         report.rng = resume_report.restored_rng(path)

@@ -20,12 +20,14 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainer.pipeline.models import materialise_tiny_models, policy_path
 
 if TYPE_CHECKING:
+    from trainer.cluster.worker_group import Group
     from trainer.config.schema import PipelineConfig
+    from trainer.roles import RoleGroups
 
 EXIT_OK, EXIT_FAILED = 0, 1
 EXIT_STALLED = 3  # on_stall: fail — the platform does not retry it (jobs.transitions)
@@ -72,7 +74,7 @@ def _with_reference_default(cfg: PipelineConfig) -> Any:
 
 
 def build_groups(cfg: PipelineConfig, roles: list[str], backend: str,
-                 phase: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+                 phase: Callable[[str], None] = lambda _: None) -> RoleGroups:
     """One worker group per role: Ray actors placed by device_mapping, or in-process (``local``).
     ``phase`` hears what is being done (placing workers, loading a role's model)."""
     from trainer.roles import WORKER_CLASSES, needs_process_group
@@ -85,7 +87,7 @@ def build_groups(cfg: PipelineConfig, roles: list[str], backend: str,
             phase(f"loading model: {role}")
             groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,),
                                             distributed=needs_process_group(cfg, role))
-        return groups
+        return cast("RoleGroups", groups)
 
     from trainer.cluster.resources import plan_resource_pools
     from trainer.cluster.worker_group import LocalWorkerGroup, WorkerGroup
@@ -103,7 +105,7 @@ def build_groups(cfg: PipelineConfig, roles: list[str], backend: str,
         groups[role] = WorkerGroup(WORKER_CLASSES[role], role, pools[role], init_args=(cfg,),
                                    distributed=distributed, env_vars=env_vars, timeout_s=cfg.rpc_timeout,
                                    backend_timeout_minutes=getattr(cfg, role).backend_timeout)
-    return groups
+    return cast("RoleGroups", groups)
 
 
 def ensure_ray() -> None:
@@ -161,7 +163,7 @@ def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     emitter = open_emitter(cfg, identity)
     say = log or (lambda line: print(line, flush=True))
-    groups: dict[str, Any] = {}
+    groups: RoleGroups = {}
     previous_handler = cancel_on_sigterm()
     try:
         return _train(cfg, emitter, backend=backend, log=say, groups=groups)
@@ -171,7 +173,7 @@ def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "
 
 
 def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[str], None],
-           groups: dict[str, Any]) -> int:
+           groups: RoleGroups) -> int:
     from trainer.pipeline.watchdog import stalled_in, start_watchdog
 
     try:
@@ -269,7 +271,7 @@ class StartupPhases:
 
 
 def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[str], None],
-                     groups: dict[str, Any]) -> Any:
+                     groups: RoleGroups) -> Any:
     """Build models, data and worker groups (filled into ``groups`` so the caller can shut them down)."""
     from transformers.utils import logging as hf_logging
 
@@ -278,7 +280,7 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     from trainer.models.loading import load_tokenizer
     from trainer.pipeline.dynamic_sampling import sample_domain
     from trainer.pipeline.rlvr import RLVRPipeline
-    from trainer.roles import Role
+    from trainer.roles import Role, group_named
 
     hf_logging.disable_progress_bar()
     cfg = _with_reference_default(materialise_tiny_models(cfg))
@@ -317,16 +319,17 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     else:
         sampler = PromptSampler(len(train), cfg.rollout_batch_size, seed=seed, shuffle=data_args.shuffle)
     groups.update(build_groups(cfg, roles, backend, phase=emitter.phase))
-    sizes = ", ".join(f"{role} x{len(groups[role].call_all(Role.ping))} (pid {', '.join(map(str, groups[role].pids))})"
+    sizes = ", ".join(f"{role} x{len(group_named(groups, role).call_all(Role.ping))} "
+                      f"(pid {', '.join(map(str, group_named(groups, role).pids))})"
                       for role in roles)  # the pids: where py-spy (or the watchdog) reads a rank's stack
     log(f"roles: {sizes}; {len(train)} train / {len(evals)} eval prompts; backend {backend}")
     return RLVRPipeline(cfg, emitter, groups=groups, tokenizer=tokenizer, train_prompts=train,
                         eval_prompts=evals, sampler=sampler, log=log)
 
 
-def _shutdown(groups: dict[str, Any]) -> None:
+def _shutdown(groups: RoleGroups) -> None:
     # last built first: an in-process vLLM engine (actor_infer) releases the torch.distributed groups it
     # made on top of actor_train's process group before that group is destroyed
-    for group in reversed(list(groups.values())):
+    for group in reversed(list(cast("dict[str, Group[Any]]", groups).values())):
         with contextlib.suppress(Exception):  # best effort while already failing or finishing
             group.shutdown()

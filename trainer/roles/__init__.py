@@ -14,17 +14,20 @@ batch, step=step)`), so a reader and a type checker can follow every call to its
 Batches are dicts of CPU tensors laid out as in trainer.models.batch; a worker only sees its shard.
 Each method declares how a group calls it (`@dispatch`): a group refuses another call mode, so the loop cannot
 train every rank on the whole batch by writing `call_all` for `call_sharded`.
+The loop holds its groups as `RoleGroups`, each typed by its role's Protocol (`WorkerGroup[Actor]`), so a type
+checker refuses a method of another role (`groups["actor_infer"].call_all(Actor.train_step, …)`) and knows
+what a call returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, cast
 
 import torch
 from torch import Tensor
 
-from trainer.cluster.worker_group import dispatch
+from trainer.cluster.worker_group import Group, dispatch
 from trainer.roles.actor import ActorTrainWorker
 from trainer.roles.common import needs_process_group
 from trainer.roles.critic import CriticWorker
@@ -111,6 +114,23 @@ class Reward(Role, Protocol):
     def score(self, batch: dict[str, Any]) -> list[float]: ...
 
 
+class RoleGroups(TypedDict, total=False):
+    """The run's worker groups by role name, each typed by its role's Protocol (a plain dict at run time)."""
+
+    actor_train: Group[Actor]
+    actor_infer: Group[Rollout]
+    reference: Group[Reference]
+    critic: Group[Critic]
+    reward: Group[Reward]
+
+
+def group_named(groups: RoleGroups, role: str) -> Group[Any]:
+    """`groups[role]` for a role named at run time (a loop over topology's role tuples): a TypedDict is
+    indexed by literal keys only, so such a call's role is not checked by mypy (its result type still is);
+    the dispatch check at call time is the same."""
+    return cast(Mapping[str, Any], groups)[role]
+
+
 WORKER_CLASSES: dict[str, type] = {
     "actor_train": ActorTrainWorker,
     "actor_infer": ActorInferWorker,
@@ -126,5 +146,5 @@ ROLE_PROTOCOLS: dict[str, type] = {
     "reward": Reward,
 }
 
-__all__ = ["ROLE_PROTOCOLS", "WORKER_CLASSES", "Actor", "Critic", "Reference", "Reward", "Role", "Rollout",
-           "Trained", "needs_process_group"]
+__all__ = ["ROLE_PROTOCOLS", "WORKER_CLASSES", "Actor", "Critic", "Reference", "Reward", "Role", "RoleGroups",
+           "Rollout", "Trained", "group_named", "needs_process_group"]

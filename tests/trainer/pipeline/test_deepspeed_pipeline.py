@@ -123,7 +123,8 @@ def test_shortened_grpo_demo_learns_through_deepspeed_train(tmp_path: Path) -> N
 
     cfg = load_config(DEMO_GRPO, [f"output_dir={tmp_path}", "max_steps=60", "eval_steps=30", "save_steps=1000",
                                   "track_with=none", "actor_train.training_args.learning_rate=4e-3",
-                                  "entropy_loss_coef=0.03", *DEMO_ON_DEEPSPEED])
+                                  "entropy_loss_coef=0.03", "actor_train.training_args.lr_scheduler_type=constant",
+                                  *DEMO_ON_DEEPSPEED])
     assert cfg.actor_train.strategy_args.strategy_config.zero_optimization.stage == 2
     assert run_local(cfg) == 0
     metrics = metrics_by_step(tmp_path)

@@ -98,6 +98,7 @@ def test_shortened_grpo_demo_learns_through_megatron_train(tmp_path: Path) -> No
             "save_steps=1000",
             "track_with=none",
             "actor_train.training_args.learning_rate=4e-3",
+            "actor_train.training_args.lr_scheduler_type=constant",  # as test_demo_learns
             "entropy_loss_coef=0.03",
             "actor_train.strategy_args.strategy_name=megatron_train",
         ],

@@ -132,6 +132,7 @@ def test_the_shortened_grpo_demo_learns_through_megatron_on_the_gpu(tmp_path: Pa
             "save_steps=1000",
             "track_with=none",
             "actor_train.training_args.learning_rate=4e-3",
+            "actor_train.training_args.lr_scheduler_type=constant",  # as test_demo_learns
             "entropy_loss_coef=0.03",
             "actor_train.strategy_args.strategy_name=megatron_train",
             "use_kl_loss=true",

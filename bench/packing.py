@@ -68,11 +68,28 @@ def spec_for(mode: str, micro: int, width: int):
     }[mode]
 
 
-def nll_loss(model, mb):
+def nll_loss(model, mb, *, norm):
+    """Σ response-token NLL / the mini-batch's real tokens (ppo_update passes the normalisers as `norm`)."""
     from trainer.models.batch import response_logits_and_logprobs
 
     _, logp = response_logits_and_logprobs(model, mb, 1.0)  # the actor loss's forward (roles.actor)
-    return -(logp * mb["response_mask"]).sum() / mb["global_tokens"][0], {}
+    return -(logp * mb["response_mask"]).sum() / norm.tokens, {}
+
+
+def result_of(proc: mp.process.BaseProcess, queue: mp.Queue, mode: str) -> dict:
+    """The child's result; SystemExit naming the mode when the child dies without one (no endless wait)."""
+    import queue as queues
+
+    while True:
+        try:
+            result = queue.get(timeout=1.0)
+            break
+        except queues.Empty:
+            if not proc.is_alive():
+                raise SystemExit(f"mode {mode}: the child process exited {proc.exitcode} without a result "
+                                 "(its traceback is above)") from None
+    proc.join()
+    return result
 
 
 def run_mode(mode: str, args: argparse.Namespace, out: mp.Queue) -> None:
@@ -142,8 +159,7 @@ def main() -> None:
             queue = ctx.Queue()
             proc = ctx.Process(target=run_mode, args=(mode, args, queue))
             proc.start()
-            result = queue.get()
-            proc.join()
+            result = result_of(proc, queue, mode)
             if mode not in results or result["tokens_s"] > results[mode]["tokens_s"]:
                 results[mode] = result
     info = next(iter(results.values()))

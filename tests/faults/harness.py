@@ -536,11 +536,7 @@ def diagnosis(stack: Stack, client: Client, run_id: int, lines: int = 25) -> str
             for a in state.get("attempts", [])]
     out += [f"  stall (attempt {s.get('attempt')}): {s.get('state')} {s.get('summary', '')[:300]}"
             for s in state.get("stalls", [])]
-    stopped = []
-    for pid, argv in stack.processes().items():
-        with contextlib.suppress(OSError, IndexError):
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
-                stopped.append(f"{pid} {' '.join(argv)[:120]}")
+    stopped = [f"{pid} {' '.join(argv)[:120]}" for pid, argv in stopped_processes(stack).items()]
     out.append(f"  stopped processes: {stopped or 'none'}")
     run_dir = stack.runs_dir / f"run-{run_id}"
     for path in sorted([*run_dir.glob("*.log"), *stack.logs_dir.glob("*.log")]):
@@ -707,10 +703,17 @@ def make_experiment(project: Any, user: Any, name: str = "faults") -> int:
     return services.create_experiment(project, name, DEMO.read_text(), user=user, overrides=RUN_OVERRIDES).pk
 
 
+def stopped_processes(stack: Stack) -> dict[int, list[str]]:
+    """pid -> argv of the stack's processes that are stopped (SIGSTOP; state T in /proc/<pid>/stat)."""
+    stopped = {}
+    for pid, argv in stack.processes().items():
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                stopped[pid] = argv
+    return stopped
+
+
 def cleanup_stopped(stack: Stack) -> None:
     """SIGKILL any process of the stack left stopped (SIGSTOP) by a fault."""
-    for pid in stack.processes():
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
-                sigkill([pid])
+    sigkill(list(stopped_processes(stack)))
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from trainer.config.schema import ModelArgs
 
 DEFAULT_RANK = 8  # ROLL's LoraArguments.lora_rank
+REGEX_CHARS = ("*", "$", "|", "(")  # ROLL: a lora_target holding one of these is a regex
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 

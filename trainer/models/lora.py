@@ -22,13 +22,16 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from trainer.config.adapters import lora_alpha, lora_rank  # ROLL's defaults, shared with preflight
+from trainer.config.adapters import (  # ROLL's, shared with preflight and validation
+    REGEX_CHARS,
+    lora_alpha,
+    lora_rank,
+)
 
 if TYPE_CHECKING:
     from trainer.config.schema import ModelArgs
 
 ADAPTER = "default"  # PEFT's adapter name
-REGEX_CHARS = ("*", "$", "|", "(")
 
 
 def lora_enabled(args: ModelArgs) -> bool:

@@ -88,6 +88,16 @@ from trainer.train.megatron_config import (
     require_cuda,
     transformer_config_kwargs,
 )
+from trainer.train.megatron_lora import (
+    LoraSpec,
+    adapter_tensors,
+    attach_adapters,
+    base_state,
+    is_adapter_key,
+    lora_hf_tensors,
+    lora_spec,
+    with_base_layer_names,
+)
 from trainer.train.megatron_vocab import vocab_parallel_logprobs_entropy
 
 with (
@@ -226,9 +236,10 @@ def global_layers(model: GPTModel) -> list[int]:
 
 
 def load_exactly(model: nn.Module, state: Mapping[str, Tensor]) -> None:
-    """load_state_dict, allowing only Transformer Engine's `_extra_state` entries to be missing."""
+    """load_state_dict, allowing only Transformer Engine's `_extra_state` entries and LoRA adapters (which
+    keep their own values: a Hugging Face model or an init checkpoint holds none) to be missing."""
     missing, unexpected = model.load_state_dict(dict(state), strict=False)
-    missing = [k for k in missing if not k.endswith("_extra_state")]
+    missing = [k for k in missing if not k.endswith("_extra_state") and not is_adapter_key(k)]
     if missing or unexpected:
         raise RuntimeError(
             f"converted weights do not fit the Megatron model: missing {missing}, unexpected {unexpected}"
@@ -374,12 +385,19 @@ class _MegatronModel(StrategyBase):
         self.config = TransformerConfig(
             **transformer_config_kwargs(self.layout, hf_config, self.options, dtype)
         )
-        chunks = [
-            chunk.to(self.device) for chunk in build_chunks(self.config, self.layout, hf_config, self.options)
-        ]
+        chunks = build_chunks(self.config, self.layout, hf_config, self.options)
+        # LoRA (trainer.train.megatron_lora): PEFT's adapters move onto the megatron layers, the rest is frozen
+        self.lora: LoraSpec | None = lora_spec(model, self.layout)
+        if self.lora is not None:
+            for chunk in chunks:
+                attach_adapters(chunk, global_layers(chunk), self.lora, self.layout,
+                                tp_rank=ps.get_tensor_model_parallel_rank(), tp_size=self.options.tp,
+                                sequence_parallel=self.config.sequence_parallel, eps=self.config.layernorm_epsilon)
+        chunks = [chunk.to(self.device) for chunk in chunks]
         if self.options.init_checkpoint is None:
             load_hf_weights(
-                chunks, model.state_dict(), self.layout, ps.get_tensor_model_parallel_rank(), self.options.tp
+                chunks, base_state(model.state_dict()), self.layout, ps.get_tensor_model_parallel_rank(),
+                self.options.tp,
             )
         else:
             loaded = dist_checkpointing.load(self._model_sharded_state(chunks), self.options.init_checkpoint)
@@ -498,9 +516,14 @@ class _MegatronModel(StrategyBase):
             }
             state = from_te_names(state) if HAVE_TE else state
             for index, layer in enumerate(global_layers(model)):
-                parts = self._gather_tensor_parallel(layer_tensors(state, index))
+                tensors = layer_tensors(state, index)
+                parts = self._gather_tensor_parallel({k: v for k, v in tensors.items() if not is_adapter_key(k)})
+                hf = megatron_layer_to_hf(parts, layer, self.layout) if tp_rank == 0 else {}
+                if self.lora is not None:  # PEFT's names, which the actor's merge_lora and save_adapter read
+                    lora_parts = self._gather_tensor_parallel(adapter_tensors(tensors))
+                    hf = with_base_layer_names(hf, self.lora) | lora_hf_tensors(lora_parts, layer, self.lora)
                 if tp_rank == 0:
-                    part |= {k: v.cpu() for k, v in megatron_layer_to_hf(parts, layer, self.layout).items()}
+                    part |= {k: v.cpu() for k, v in hf.items()}
             first = self._gather_tensor_parallel({EMBEDDING: state[EMBEDDING]}) if model.pre_process else None
             last_keys = [k for k in (FINAL_NORM, OUTPUT, OUTPUT_BIAS) if k in state]
             last = (

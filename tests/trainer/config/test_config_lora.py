@@ -1,5 +1,7 @@
 """Validation of ROLL's LoRA keys (decision 0033): LoRA turns on with lora_target; its other knobs, set without
-it, are refused; megatron_train refuses it as not built; actor_infer may repeat actor_train's settings only."""
+it, are refused; megatron_train trains it on actor_train (decision 0054) but not on a critic nor with
+additional_target; actor_infer's settings act only where vLLM serves the adapter (enable_lora), so a difference is
+refused there and a no-op warning where the engine gets merged weights."""
 
 from __future__ import annotations
 
@@ -41,17 +43,53 @@ def test_bad_values_name_the_field(path: str, value: object, words: str) -> None
     assert words in errors({**LORA, path: value})[path]
 
 
-def test_megatron_refuses_lora_as_not_built() -> None:
-    result = validate_config(changed({**LORA, "actor_train.strategy_args": {"strategy_name": "megatron_train"}}))
-    issue = next(i for i in result.errors if i.path == "actor_train.model_args.lora_target")
-    assert issue.kind == "not_built" and "megatron_train" in issue.message
+def test_megatron_trains_actor_lora_but_not_a_critics_nor_additional_target() -> None:
+    megatron = {"strategy_name": "megatron_train"}
+    assert errors({**LORA, "actor_train.strategy_args": megatron}) == {}
+    found = errors({**LORA, "actor_train.strategy_args": megatron, "actor_train.model_args.additional_target": "lm_head"})
+    assert "additional_target on megatron_train is not built" in found["actor_train.model_args.additional_target"]
+    result = validate_config(changed({"adv_estimator": "gae", "critic.model_args.lora_target": "all",
+                                      "critic.strategy_args": megatron}))
+    issue = next(i for i in result.errors if i.path == "critic.model_args.lora_target")
+    assert issue.kind == "not_built" and "megatron_train critic" in issue.message
 
 
-def test_actor_infer_lora_settings_must_match_actor_train() -> None:
-    found = errors({**LORA, "actor_infer.model_args.lora_target": "all"})
+@pytest.mark.parametrize("target", ["all-linear", "q_proj,up_proj", "q_proj.*"])
+def test_megatron_lora_on_a_mixture_of_experts_model_names_the_attention_override(target: str) -> None:
+    moe = {"strategy_name": "megatron_train", "strategy_config": {"moe_grouped_gemm": True}}
+    found = errors({"actor_train.model_args.lora_target": target, "actor_train.strategy_args": moe})
+    assert "would adapt the experts" in found["actor_train.model_args.lora_target"]
+    assert "lora_target=q_proj,k_proj,v_proj,o_proj" in found["actor_train.model_args.lora_target"]
+    assert errors({"actor_train.model_args.lora_target": "q_proj,k_proj,v_proj,o_proj",
+                   "actor_train.strategy_args": moe}) == {}
+
+
+def warnings_of(overrides: dict) -> dict[str, str]:
+    return {issue.path: issue.message for issue in validate_config(changed(overrides)).warnings}
+
+
+ENABLE_LORA = {"actor_infer.strategy_args": {"strategy_name": "vllm", "strategy_config": {"enable_lora": True}}}
+
+
+def test_actor_infer_lora_settings_act_only_where_vllm_serves_the_adapter() -> None:
+    # merged weights: actor_infer's value does nothing, and validation says so
+    assert errors({**LORA, "actor_infer.model_args.lora_target": "all"}) == {}
+    found = warnings_of({**LORA, "actor_infer.model_args.lora_target": "all", "actor_infer.model_args.lora_rank": 16})
+    assert "differs from actor_train's 'q_proj,v_proj', and has no effect" in found["actor_infer.model_args.lora_target"]
+    assert "has no effect" in found["actor_infer.model_args.lora_rank"]
+    # vLLM serving the adapter: a different value is refused
+    found = errors({**LORA, **ENABLE_LORA, "actor_infer.model_args.lora_target": "all"})
     assert "differs from actor_train's 'q_proj,v_proj'" in found["actor_infer.model_args.lora_target"]
-    found = errors({"actor_infer.model_args.lora_target": "all"})  # the engine serves what actor_train trains
-    assert "actor_infer.model_args.lora_target" in found
+
+
+@pytest.mark.parametrize("all_linear", ["all-linear", "all"])
+def test_all_linear_equals_the_seven_projections_of_a_qwen_or_llama_model(all_linear: str) -> None:
+    seven = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    same = {"actor_train.model_args.lora_target": all_linear, "actor_infer.model_args.lora_target": seven}
+    assert errors({**same, **ENABLE_LORA}) == {}
+    assert "actor_infer.model_args.lora_target" not in warnings_of(same)
+    fewer = {**same, "actor_infer.model_args.lora_target": seven.replace(",down_proj", "")}
+    assert "actor_infer.model_args.lora_target" in errors({**fewer, **ENABLE_LORA})
 
 
 def test_the_critic_takes_lora_and_the_reference_warns() -> None:
@@ -73,7 +111,7 @@ def test_lora_on_actor_train_alone_over_a_stored_config_is_accepted() -> None:
                                       "actor_train.model_args.autocast_adapter_dtype=false"])
     assert [(i.path, i.message) for i in result.errors] == []
     assert result.config.actor_train.model_args.lora_rank == 16
-    # a value the user did set on actor_infer, and that differs, is still named
-    assert "differs from actor_train's 'all'" in errors({"actor_train.model_args.lora_target": "all",
-                                                          "actor_infer.model_args.lora_target": "q_proj"})[
+    # a value the user did set on actor_infer, and that differs, is still named (it has no effect: merged weights)
+    assert "differs from actor_train's 'all'" in warnings_of({"actor_train.model_args.lora_target": "all",
+                                                              "actor_infer.model_args.lora_target": "q_proj"})[
         "actor_infer.model_args.lora_target"]

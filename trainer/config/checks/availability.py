@@ -7,6 +7,7 @@ import typing
 
 from trainer.config.checks.common import NOT_BUILT
 from trainer.config.checks.loss import PG_VARIANTS_BUILT
+from trainer.config.checks.models import lora_target_names
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import (
     BUILT_STRATEGIES,
@@ -14,7 +15,13 @@ from trainer.config.registries import (
     ROLL_REWARD_WORKERS,
     ROLL_UNSUPPORTED_REWARD_WORKERS,
 )
-from trainer.config.schema import UNBUILT_ADV_ESTIMATORS, Fsdp2Config, MegatronConfig, PipelineConfig
+from trainer.config.schema import (
+    UNBUILT_ADV_ESTIMATORS,
+    Fsdp2Config,
+    MegatronConfig,
+    PipelineConfig,
+    WorkerConfig,
+)
 from trainer.config.topology import TRAINING_ROLES, roles, strategy_config, strategy_name
 
 
@@ -55,11 +62,7 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
                                   f"{', '.join(PG_VARIANTS_BUILT)}", kind="not_built"))
     for role in TRAINING_ROLES:
         worker = getattr(config, role)
-        if worker is not None and worker.model_args.lora_target is not None and strategy_name(role, worker) == "megatron_train":
-            issues.append(ConfigIssue(f"{role}.model_args.lora_target", f"LoRA on megatron_train {NOT_BUILT} (PEFT adapts "
-                                      "Hugging Face modules, not megatron-core's); train adapters with torch_train, "
-                                      "fsdp2_train or deepspeed_train; without LoRA megatron_train trains the full "
-                                      f"model: override ~{role}.model_args.lora_target", kind="not_built"))
+        issues += megatron_lora_unbuilt(role, worker)
         if (worker is not None and worker.model_args.freeze_module_prefix is not None
                 and worker.model_args.lora_target is None and strategy_name(role, worker) == "megatron_train"):
             issues.append(ConfigIssue(f"{role}.model_args.freeze_module_prefix", f"partial freezing on megatron_train "
@@ -71,4 +74,34 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
                  if e not in UNBUILT_ADV_ESTIMATORS]
         issues.append(ConfigIssue("adv_estimator", f"{config.adv_estimator} {NOT_BUILT}; valid: {', '.join(built)}",
                                   kind="not_built"))
+    return issues
+
+
+MLP_PROJECTIONS = frozenset(("gate_proj", "up_proj", "down_proj"))  # in a mixture-of-experts layer: the experts'
+
+
+def megatron_lora_unbuilt(role: str, worker: WorkerConfig | None) -> list[ConfigIssue]:
+    """LoRA on megatron_train (trainer.train.megatron_lora, decision 0054) adapts actor_train's attention and dense
+    MLP projections; a critic's adapters, experts (a strategy_config with expert / moe keys names a mixture-of-experts
+    model, whose gate/up/down_proj are the experts') and additional_target (Hugging Face names) are not built there."""
+    if worker is None or worker.model_args.lora_target is None or strategy_name(role, worker) != "megatron_train":
+        return []
+    if role == "critic":
+        return [ConfigIssue(f"{role}.model_args.lora_target", f"LoRA on a megatron_train critic {NOT_BUILT}; train "
+                            "its adapters with torch_train, fsdp2_train or deepspeed_train, or train the full critic: "
+                            f"override ~{role}.model_args.lora_target", kind="not_built")]
+    issues = []
+    cfg = strategy_config(worker)
+    moe = isinstance(cfg, MegatronConfig) and any(k.startswith(("expert_", "moe_")) for k in cfg.model_fields_set)
+    names = lora_target_names(worker.model_args.lora_target)
+    if moe and (isinstance(names, str) or names & MLP_PROJECTIONS):
+        issues.append(ConfigIssue(f"{role}.model_args.lora_target", f"{worker.model_args.lora_target!r} would adapt "
+                                  "the experts of this mixture-of-experts model (its strategy_config sets expert / moe "
+                                  f"keys); LoRA on megatron experts {NOT_BUILT}: adapt the attention only: override "
+                                  f"{role}.model_args.lora_target=q_proj,k_proj,v_proj,o_proj", kind="not_built"))
+    if worker.model_args.additional_target is not None:
+        issues.append(ConfigIssue(f"{role}.model_args.additional_target", f"additional_target on megatron_train "
+                                  f"{NOT_BUILT} (it names Hugging Face modules; megatron-core's differ); use "
+                                  f"torch_train, fsdp2_train or deepspeed_train: override "
+                                  f"~{role}.model_args.additional_target", kind="not_built"))
     return issues

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from trainer.config.adapters import REGEX_CHARS
 from trainer.config.checks.common import error, warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import ROLL_REWARD_WORKERS
 from trainer.config.schema import PipelineConfig, VllmConfig, WorkerConfig
 from trainer.config.topology import TRAINING_ROLES, roles, strategy_config
 
+# what PEFT's all-linear adapts in a Qwen / Llama decoder (every linear layer but the output head)
+DENSE_LINEAR = frozenset(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
 LORA_KNOBS = ("lora_rank", "lora_alpha", "lora_dropout", "additional_target", "autocast_adapter_dtype")
 
 
@@ -30,13 +33,19 @@ def check_lora(config: PipelineConfig) -> list[ConfigIssue]:
             issues.append(error(f"{role}.model_args.lora_target", "names no module; give comma-separated module "
                                 "names (e.g. q_proj,v_proj), all, or a regex"))
     train_args, infer_args = config.actor_train.model_args, config.actor_infer.model_args
+    served = _lora_served(config)
     for knob in ("lora_target", *LORA_KNOBS):
-        if (knob in infer_args.model_fields_set and getattr(infer_args, knob) != getattr(train_args, knob)
-                and getattr(infer_args, knob) != type(infer_args).model_fields[knob].default):
-            issues.append(error(f"actor_infer.model_args.{knob}", f"= {getattr(infer_args, knob)!r} differs from "
-                                f"actor_train's {getattr(train_args, knob)!r}: the engine serves the policy actor_train "
-                                "trains (LoRA merged into its weights); repeat actor_train's value or remove it: override "
-                                f"~actor_infer.model_args.{knob}"))
+        ours, theirs = getattr(infer_args, knob), getattr(train_args, knob)
+        if (knob not in infer_args.model_fields_set or ours == type(infer_args).model_fields[knob].default
+                or (knob == "lora_target" and same_lora_target(ours, theirs)) or ours == theirs):
+            continue
+        path, differs = f"actor_infer.model_args.{knob}", f"= {ours!r} differs from actor_train's {theirs!r}"
+        if served:
+            issues.append(error(path, f"{differs}: the engine serves the adapter actor_train trains (enable_lora); "
+                                f"repeat actor_train's value or remove it: override ~{path}"))
+        else:
+            issues.append(warning(path, f"{differs}, and has no effect: the engine serves the policy actor_train trains "
+                                  "with its LoRA merged into the weights; actor_train's value is the one that acts"))
     if config.reference is not None and config.reference.model_args.lora_target is not None:
         issues.append(warning("reference.model_args.lora_target", "no effect: the reference is the frozen base "
                               "model; LoRA adapters train on actor_train and critic"))
@@ -122,3 +131,23 @@ def check_freezing(config: PipelineConfig) -> list[ConfigIssue]:
             issues.append(warning(path, "no effect with lora_target: LoRA trains only the adapters and freezes the "
                                   "rest already (ROLL ignores freeze_module_prefix then)"))
     return issues
+
+
+def lora_target_names(target: str) -> frozenset[str] | str:
+    """lora_target as the set of module names it adapts in a Qwen / Llama-style model (all / all-linear: the seven
+    projections), or the text itself where it is a regex (trainer.config.adapters.REGEX_CHARS)."""
+    if any(c in target for c in REGEX_CHARS):
+        return target
+    names = frozenset(name.strip() for name in target.split(",") if name.strip())
+    return DENSE_LINEAR if names in ({"all"}, {"all-linear"}) else names
+
+
+def same_lora_target(a: str | None, b: str | None) -> bool:
+    """Whether two lora_target values adapt the same modules of a Qwen / Llama-style model."""
+    return a == b or (a is not None and b is not None and lora_target_names(a) == lora_target_names(b))
+
+
+def _lora_served(config: PipelineConfig) -> bool:
+    """vllm's enable_lora serves actor_train's adapter itself (trainer.roles.common.lora_served)."""
+    options = strategy_config(config.actor_infer)
+    return isinstance(options, VllmConfig) and options.enable_lora

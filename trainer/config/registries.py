@@ -26,7 +26,9 @@ SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 
 # Environments built into the trainer (trainer.envs.registry.ENVS has the same keys); ROLL's
 # `custom_envs.<tag>.env_type` names them.
-ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator", "tool_use")
+# GEM's (the gem-llm package, trainer.envs.gem) under the names ROLL gives them.
+ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator", "tool_use", "game:GuessTheNumber-v0",
+                              "rg:letter_counting")
 # Each environment's env_config keys (its constructor's parameters; tests/trainer/envs/test_envs.py keeps them
 # equal), so validation names a key an environment would refuse without building one.
 ENV_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
@@ -35,6 +37,14 @@ ENV_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "calculator": ("num_operands", "max_operand", "operators"),
     "tool_use": ("tools", "catalog_size", "num_items", "max_quantity", "max_price", "max_tool_uses", "tool_reward",
                  "tool_success_reward"),
+    "game:GuessTheNumber-v0": ("min_number", "max_number", "max_turns"),
+    "rg:letter_counting": ("size", "seed"),
+}
+# ROLL's GEM environments that read a dataset (roll/pipeline/agentic/env/gem/): refused by name, naming the dataset.
+ROLL_DATASET_ENVS: dict[str, str] = {
+    "roll_math": "ROLL's GEM math environment, roll/pipeline/agentic/env/gem/math_env.py",
+    "roll_qa": "ROLL's GEM question-answering environment, roll/pipeline/agentic/env/gem/qa_env.py",
+    "roll_code": "ROLL's GEM code environment, roll/pipeline/agentic/env/gem/code_env.py",
 }
 # The action format every environment parses by default and ROLL's default `action_pattern`.
 ANSWER_TAG_PATTERN = r"<answer>(.*?)</answer>"
@@ -49,6 +59,8 @@ ROLL_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.environment_worker.EnvironmentWorker": "trajectory",
     "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager": "trajectory",
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
+    # the step manager whose prompt is the last history_length − 1 observations and the current one, one per line
+    "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
 }
 
 # ROLL env-manager classes that ROLL documents but we do not implement yet (clear error).
@@ -57,7 +69,6 @@ ROLL_UNSUPPORTED_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": (
         "agent-native step env manager"
     ),
-    "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step-concat env manager",
     "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager": "proxy env manager (agent runners)",
 }
 

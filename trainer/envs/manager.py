@@ -122,7 +122,8 @@ class EnvManager:
         if len(set(kinds.values())) > 1:
             raise ValueError(f"{name}.tags: {kinds} mix step-wise and trajectory env managers in one batch; give "
                              "every tag of one env manager the same env_manager_cls")
-        self.step_wise = set(kinds.values()) == {"step"}
+        self.step_wise = set(kinds.values()) <= {"step", "step_concat"}
+        self.step_concat = set(kinds.values()) == {"step_concat"}  # StepConcatEnvManager's prompt (trajectory.py)
 
     def make_env(self, tag: str) -> Env:
         spec = self.specs[tag]

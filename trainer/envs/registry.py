@@ -12,11 +12,13 @@ from typing import Any
 from trainer.config.registries import ROLL_ENV_MANAGERS, ROLL_UNSUPPORTED_ENV_MANAGERS
 from trainer.envs.base import Env
 from trainer.envs.calculator import Calculator
+from trainer.envs.gem import GuessTheNumber, LetterCounting
 from trainer.envs.grid import FrozenLake, Sokoban
 from trainer.envs.tools import ToolUse
 
 ENVS: dict[str, type[Env]] = {"frozen_lake": FrozenLake, "sokoban": Sokoban, "calculator": Calculator,
-                              "tool_use": ToolUse}
+                              "tool_use": ToolUse, "game:GuessTheNumber-v0": GuessTheNumber,
+                              "rg:letter_counting": LetterCounting}
 # Pipeline-level keys an environment may take as keyword-only parameters (never from env_config).
 PIPELINE_KEYS: tuple[str, ...] = ("parse_tool_call_parameter_to_dict",)
 

@@ -153,6 +153,8 @@ def step_text(t: Trajectory, observation: str) -> str:
     replies = [turn for turn in t.turns if turn["role"] == "assistant"]
     keep = t.history_length - 1
     recent = list(zip(t.observations[: len(replies)], replies, strict=True))[len(replies) - keep:] if keep else []
+    if t.concat:  # ROLL's StepConcatEnvManager: the recent observations, then the current one, one per line
+        return "\n".join([t.instruction] * bool(t.instruction) + [seen for seen, _ in recent] + [observation])
     done = len(replies)
     history = []
     for j, (seen, reply) in enumerate(recent):
@@ -204,6 +206,7 @@ class Trajectory:
     frames: list[str] = field(default_factory=list)  # env.render() after reset and after each reply
     observations: list[str] = field(default_factory=list)  # the observation each reply answered (GiGPO's anchor)
     history_length: int | None = None  # step-wise play (prompt_ids: the current turn's prompt); None: one conversation
+    concat: bool = False  # step-wise play with StepConcatEnvManager's prompt (step_text)
     instruction: str = ""
     steps: list[Step] = field(default_factory=list)  # step-wise play: one row per reply
 
@@ -259,7 +262,8 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         observation = env.reset(episode.seed)
         instruction = manager.instruction(episode.tag, env)
         trajectory = Trajectory(episode, manager.limits(episode.tag), [], observations=[observation],
-                                history_length=manager.history_length(episode.tag), instruction=instruction)
+                                history_length=manager.history_length(episode.tag), instruction=instruction,
+                                concat=manager.step_concat)
         if trajectory.history_length is not None:
             text = step_text(trajectory, observation)
         else:

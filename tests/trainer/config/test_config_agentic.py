@@ -63,10 +63,10 @@ def test_a_coherent_agentic_config_needs_no_data_and_no_reward() -> None:
         ),
         (
             {
-                "train_env_manager.worker_cls": "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager"
+                "train_env_manager.worker_cls": "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
             },
             "train_env_manager.worker_cls",
-            ["step-concat env manager is not supported yet", "never imported"],
+            ["proxy env manager (agent runners) is not supported yet", "never imported"],
         ),
         (
             {"custom_envs.Lake.env_type": "maze"},

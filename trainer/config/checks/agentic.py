@@ -12,6 +12,7 @@ from trainer.config.issues import ConfigIssue
 from trainer.config.registries import (
     ENV_CONFIG_KEYS,
     ENV_TYPES,
+    ROLL_DATASET_ENVS,
     ROLL_ENV_MANAGERS,
     ROLL_UNSUPPORTED_ENV_MANAGERS,
     TOOL_CALL_ENV_TYPES,
@@ -79,7 +80,14 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
     turn_default = (config.actor_infer.generating_args.max_new_tokens if config.actor_infer.generating_args
                     else None) or config.response_length
     for tag, env in config.custom_envs.items():
-        if env.env_type not in ENV_TYPES:
+        if env.env_type in ROLL_DATASET_ENVS:
+            dataset = env.env_config.get("dataset_name")
+            issues.append(ConfigIssue(f"custom_envs.{tag}.env_type", f"{env.env_type!r} "
+                                      f"({ROLL_DATASET_ENVS[env.env_type]}) {NOT_BUILT}: it loads the Hugging Face "
+                                      f"dataset {dataset!r} (env_config.dataset_name) through ROLL's Ray dataset "
+                                      "actor, which is not built here; built GEM environments: "
+                                      f"{', '.join(t for t in ENV_TYPES if ':' in t)}", kind="not_built"))
+        elif env.env_type not in ENV_TYPES:
             near = NEAREST_ENV.get(env.env_type)
             fix = (f"; the same game runs as the built {near} environment: override custom_envs.{tag}.env_type={near}"
                    if near in ENV_TYPES else "")

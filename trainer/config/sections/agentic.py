@@ -77,8 +77,8 @@ class EnvManagerConfig(Section):
 class CustomEnvConfig(Section):
     env_type: str = fld(
         ..., category="Agentic",
-        description="Registered environment type: frozen_lake, sokoban, calculator or tool_use (tool calls in "
-        "the Qwen/Hermes format).",
+        description="Registered environment type: frozen_lake, sokoban, calculator, tool_use (tool calls in "
+        "the Qwen/Hermes format), or GEM's game:GuessTheNumber-v0 and rg:letter_counting (the gem-llm package).",
     )
     max_steps: int | None = fld(
         None, category="Agentic", ge=1,
@@ -103,7 +103,8 @@ class CustomEnvConfig(Section):
         None, category="Agentic",
         description="ROLL's env-manager class for this environment (it overrides the env manager's worker_cls): "
         "StepEnvManager plays it step-wise (a fresh prompt each turn with the recent turns as text, see "
-        "history_length; one training row per reply); TrajEnvManager or unset, one multi-turn conversation per row.",
+        "history_length; one training row per reply), StepConcatEnvManager the same with the prompt made of the recent "
+        "observations, one per line; TrajEnvManager or unset, one multi-turn conversation per row.",
     )
     history_length: int | None = fld(
         None, category="Agentic", ge=1,

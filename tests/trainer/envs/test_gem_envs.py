@@ -140,3 +140,17 @@ def test_roll_dataset_environments_are_refused_naming_their_dataset(tmp_path) ->
         and "not built" in e
         for e in errors
     ), errors
+
+
+def test_env_config_acts() -> None:
+    """size/seed choose reasoning-gym's dataset; min_number/max_number bound GuessTheNumber's target."""
+    questions = {
+        seed: envs("rg:letter_counting", {"size": 20, "seed": seed}).make_env("G").reset(5) for seed in (1, 2)
+    }
+    assert questions[1] != questions[2]
+    manager = envs("game:GuessTheNumber-v0", {"min_number": 7, "max_number": 8, "max_turns": 2})
+    env = manager.make_env("G")
+    assert "between 7 and 8" in env.reset(3) and env.gem.game_number in (7, 8)
+    assert env.step(r"\boxed{9}").observation.startswith(
+        "At turn 1, you guessed 9, which is outside the range"
+    )

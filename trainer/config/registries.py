@@ -7,6 +7,10 @@ REWARD_TYPES / SYNTHETIC_TASKS; a test keeps these sets equal to the implementat
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
 # Reward functions built into the trainer (trainer.rewards.registry.REWARDS has the same keys).
 REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model", "code_sandbox", "llm_judge",
                                  "ifeval_rule", "crossthinkqa_rule")
@@ -51,6 +55,119 @@ ANSWER_TAG_PATTERN = r"<answer>(.*?)</answer>"
 # Environments that take Qwen/Hermes tool calls (trainer.envs.tools): parse_tool_call_parameter_to_dict acts
 # on them.
 TOOL_CALL_ENV_TYPES: tuple[str, ...] = ("tool_use",)
+
+# The type, default and range of each numeric env_config key (issue 43): validation checks a file's values against
+# it (trainer.config.roll_env_config.env_config_range_errors) and each environment reads its defaults and bounds
+# from it, so a value out of range is refused before the run starts, with the message the environment would give.
+# ROLL's `max_steps` (trainer.config.roll_env_config.ROLL_KEYS) has no default: the environment never takes it.
+
+
+@dataclass(frozen=True)
+class EnvBound:
+    """lo <= value <= hi (None: unbounded on that side; lo_open: lo itself excluded). `kind` int takes an int,
+    float an int or a float, never a bool; `optional` also takes None. `hi_of` is an upper bound that depends on
+    the other keys (the environment's options, defaults filled in), shown as `hi_text`."""
+
+    kind: type
+    default: Any = None
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    optional: bool = False
+    hi_of: Callable[[Mapping[str, Any]], float] | None = None
+    hi_text: str = ""
+
+    def upper(self, options: Mapping[str, Any]) -> float | None:
+        return self.hi_of(options) if self.hi_of is not None else self.hi
+
+    def range_text(self, options: Mapping[str, Any]) -> str:
+        hi = self.upper(options)
+        top = "" if hi is None else f"{self.hi_text} ({_num(hi)})" if self.hi_of is not None else _num(hi)
+        if self.lo is None:
+            text = f"<= {top}" if hi is not None else f"any {'integer' if self.kind is int else 'number'}"
+        elif self.lo_open:
+            text = f"({_num(self.lo)}, {top}]" if hi is not None else f"> {_num(self.lo)}"
+        else:
+            text = f"{_num(self.lo)}..{top}" if hi is not None else f">= {_num(self.lo)}"
+        return f"{text}, or unset" if self.optional else text
+
+    def refusal(self, value: Any, options: Mapping[str, Any]) -> str | None:
+        """None when `value` is of the right type and in range, else why ("VALUE; valid: RANGE")."""
+        if value is None and self.optional:
+            return None
+        kinds = (int,) if self.kind is int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return f"{value!r} is not {'an integer' if self.kind is int else 'a number'}; valid: " \
+                   f"{self.range_text(options)}"
+        hi = self.upper(options)
+        low = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
+        if low or (hi is not None and value > hi):
+            return f"{value!r}; valid: {self.range_text(options)}"
+        return None
+
+    def nearest(self, value: float, options: Mapping[str, Any]) -> Any:
+        """The valid value closest to an out-of-range number; None past an open bound or for an empty range."""
+        hi = self.upper(options)
+        if hi is not None and self.lo is not None and (hi < self.lo or (hi == self.lo and self.lo_open)):
+            return None
+        if self.lo is not None and not self.lo_open and value < self.lo:
+            return self.kind(self.lo)
+        return self.kind(hi) if hi is not None and value > hi else None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _sokoban_boxes(options: Mapping[str, Any]) -> float:
+    return (options["dim_x"] - 2) * (options["dim_y"] - 2) - 1  # interior cells, one left for the player
+
+
+ROLL_MAX_STEPS = EnvBound(int, lo=1)
+ENV_CONFIG_BOUNDS: dict[str, dict[str, EnvBound]] = {
+    "frozen_lake": {"size": EnvBound(int, 4, 2, 16), "p": EnvBound(float, 0.8, 0, 1, lo_open=True),
+                    "max_steps": ROLL_MAX_STEPS},
+    "sokoban": {"dim_x": EnvBound(int, 6, 3, 16), "dim_y": EnvBound(int, 6, 3, 16),
+                "num_boxes": EnvBound(int, 1, 1, hi_of=_sokoban_boxes, hi_text="(dim_x - 2) * (dim_y - 2) - 1"),
+                "search_depth": EnvBound(int, 30, 1), "max_steps": ROLL_MAX_STEPS},
+    "calculator": {"num_operands": EnvBound(int, 3, 2, 8), "max_operand": EnvBound(int, 99, 1, 10**6)},
+    "tool_use": {"catalog_size": EnvBound(int, 8, 1, 16),
+                 "num_items": EnvBound(int, 2, 1, hi_of=lambda o: o["catalog_size"], hi_text="catalog_size"),
+                 "max_quantity": EnvBound(int, 5, 1, 10**6), "max_price": EnvBound(int, 20, 1, 10**6),
+                 "max_tool_uses": EnvBound(int, None, 1, optional=True), "tool_reward": EnvBound(float, 0.0),
+                 "tool_success_reward": EnvBound(float, 0.0)},
+    # GEM's registration defaults (trainer.envs.gem)
+    "game:GuessTheNumber-v0": {
+        "min_number": EnvBound(int, 1, 1, hi_of=lambda o: o["max_number"] - 1, hi_text="max_number - 1"),
+        "max_number": EnvBound(int, 20, 2), "max_turns": EnvBound(int, 10, 1)},
+    "rg:letter_counting": {"size": EnvBound(int, 500, 1), "seed": EnvBound(int, 42)},
+}
+
+
+def env_config_defaults(env_type: str) -> dict[str, Any]:
+    """The declared defaults of an environment's bounded keys that it takes (not ROLL's max_steps)."""
+    return {key: b.default for key, b in ENV_CONFIG_BOUNDS.get(env_type, {}).items() if b is not ROLL_MAX_STEPS}
+
+
+def env_config_refusals(env_type: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """{key: why} for each bounded key of `options` out of its type or range (relative bounds read the other
+    keys, their defaults filled in)."""
+    bounds = ENV_CONFIG_BOUNDS.get(env_type, {})
+    full = {**env_config_defaults(env_type), **options}
+
+    def refused(relative: bool) -> dict[str, str]:
+        whys = {key: bounds[key].refusal(options[key], full) for key in options
+                if key in bounds and (bounds[key].hi_of is not None) == relative}
+        return {key: why for key, why in whys.items() if why is not None}
+
+    return refused(False) or refused(True)  # a relative bound reads the other keys: only once they are valid
+
+
+def check_env_config(env_type: str, **options: Any) -> None:
+    """ValueError `env_config.KEY: VALUE; valid: RANGE` for the first option out of its declared range (what
+    each environment asserts when built)."""
+    for key, why in env_config_refusals(env_type, options).items():
+        raise ValueError(f"env_config.{key}: {why}")
 
 # ROLL env-manager classes (`*_env_manager.worker_cls`, `custom_envs.<tag>.env_manager_cls`) and what runs them
 # here: the agentic loop (trainer.pipeline.agentic) plays trajectory managers one conversation per row, step
@@ -121,5 +238,6 @@ ROLE_STRATEGIES: dict[str, tuple[str, ...]] = {
     "actor_infer": INFER_STRATEGIES,
     "reference": FORWARD_STRATEGIES,
     "validation": INFER_STRATEGIES,
+    "reward_model": INFER_STRATEGIES,
     "rewards": FORWARD_STRATEGIES + INFER_STRATEGIES,
 }

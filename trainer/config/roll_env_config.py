@@ -25,7 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainer.config.registries import ANSWER_TAG_PATTERN
+from trainer.config.registries import (
+    ANSWER_TAG_PATTERN,
+    ENV_CONFIG_BOUNDS,
+    EnvBound,
+    env_config_defaults,
+    env_config_refusals,
+)
 
 if TYPE_CHECKING:
     from trainer.config.sections.agentic import CustomEnvConfig
@@ -67,6 +73,43 @@ def split_roll_env_config(env_type: str, env_config: Mapping[str, Any] | None, *
                              f"= {episode_turns} replies, the limit here: override custom_envs.{tag}.max_steps={steps}")
     penalty = options.pop("format_penalty", None) if "format_penalty" in keys else None
     return options, None if penalty is None else float(penalty)
+
+
+def env_config_range_errors(env_type: str, env_config: Mapping[str, Any] | None, *,
+                            tag: str) -> list[tuple[str, str]]:
+    """(path, message) for each env_config value out of its declared type or range (registries.ENV_CONFIG_BOUNDS),
+    which the environment would refuse when the run starts; ROLL's dim_room is read as [dim_x, dim_y]. Each names
+    the override to the nearest valid value, or the one that removes the key (the environment's default)."""
+    where = f"custom_envs.{tag}.env_config"
+    options = dict(env_config or {})
+    room = options.get("dim_room") if "dim_room" in ROLL_KEYS.get(env_type, ()) else None
+    from_room = isinstance(room, (list, tuple)) and len(room) == 2
+    if from_room:  # as split_roll_env_config reads it; dim_x / dim_y set beside it win
+        options = {"dim_x": room[0], "dim_y": room[1], **options}
+    bounds = ENV_CONFIG_BOUNDS.get(env_type, {})
+    full = {**env_config_defaults(env_type), **options}
+    out: dict[str, str] = {}
+    for key, why in env_config_refusals(env_type, options).items():
+        if from_room and key in ("dim_x", "dim_y") and key not in (env_config or {}):
+            fixed = [_nearest_valid(bounds[k], v, full) for k, v in zip(("dim_x", "dim_y"), room, strict=True)]
+            fix = f"={fixed}".replace(" ", "") if None not in fixed else None
+            key, why = "dim_room", f"{list(room)} ([rows, cols] = [dim_x, dim_y]): {key} {why}"
+        else:
+            near = _nearest_valid(bounds[key], options[key], full)
+            fix = None if near is None else f"={near}"
+        override = f"{where}.{key}{fix}" if fix else f"~{where}.{key}"
+        out.setdefault(f"{where}.{key}", f"{why} (the {env_type} environment refuses it when the run starts); "
+                       f"override {override}")  # dim_room: one message for both sides
+    return list(out.items())
+
+
+def _nearest_valid(bound: EnvBound, value: Any, options: Mapping[str, Any]) -> Any:
+    """`value` when valid, the closest valid number to a number out of range, else None (removing it is the fix)."""
+    if bound.refusal(value, options) is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return bound.nearest(value, options)
 
 
 def episode_turns(spec: CustomEnvConfig) -> int:

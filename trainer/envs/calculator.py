@@ -28,6 +28,7 @@ import random
 import re
 from fractions import Fraction
 
+from trainer.config.registries import ENV_CONFIG_BOUNDS, check_env_config
 from trainer.envs.actions import ANSWER_TAG, tagged
 from trainer.envs.base import Env, StepResult
 
@@ -39,6 +40,7 @@ _BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: l
            ast.Div: lambda a, b: a / b}
 _UNARY = {ast.UAdd: lambda a: a, ast.USub: lambda a: -a}
 OPERATORS = "+-*/"
+BOUNDS = ENV_CONFIG_BOUNDS["calculator"]  # defaults and ranges, declared once
 
 
 class CalculatorError(ValueError):
@@ -91,11 +93,9 @@ def parse_number(text: str) -> Fraction | None:
 class Calculator(Env):
     """Module docstring."""
 
-    def __init__(self, num_operands: int = 3, max_operand: int = 99, operators: str = "+-*") -> None:
-        if not 2 <= num_operands <= 8:
-            raise ValueError(f"env_config.num_operands: {num_operands}; valid: 2..8")
-        if not 1 <= max_operand <= 10**6:
-            raise ValueError(f"env_config.max_operand: {max_operand}; valid: 1..1000000")
+    def __init__(self, num_operands: int = BOUNDS["num_operands"].default,
+                 max_operand: int = BOUNDS["max_operand"].default, operators: str = "+-*") -> None:
+        check_env_config("calculator", num_operands=num_operands, max_operand=max_operand)
         if not operators or set(operators) - set(OPERATORS):
             raise ValueError(f"env_config.operators: {operators!r}; valid: a non-empty subset of "
                              f"{OPERATORS!r}")

@@ -24,8 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from trainer.config.registries import ENV_CONFIG_BOUNDS, check_env_config
 from trainer.envs.base import Env, StepResult
 
+# defaults and ranges, declared once (the reasoning-gym tasks share them)
+GUESS, RG = ENV_CONFIG_BOUNDS["game:GuessTheNumber-v0"], ENV_CONFIG_BOUNDS["rg:letter_counting"]
 SUCCESS_REWARD = 1.0  # LanguageGameReward.success_reward, and reasoning-gym's score of a correct answer
 
 
@@ -107,12 +110,13 @@ class GuessTheNumber(GemEnv):
 
     env_id = "game:GuessTheNumber-v0"
 
-    def __init__(self, min_number: int = 1, max_number: int = 20, max_turns: int = 10) -> None:
-        if not 0 < min_number < max_number or max_turns < 1:
-            raise ValueError(
-                f"env_config: min_number {min_number} < max_number {max_number} (both > 0) and "
-                f"max_turns {max_turns} >= 1 are required"
-            )
+    def __init__(
+        self,
+        min_number: int = GUESS["min_number"].default,
+        max_number: int = GUESS["max_number"].default,
+        max_turns: int = GUESS["max_turns"].default,
+    ) -> None:
+        check_env_config(self.env_id, min_number=min_number, max_number=max_number, max_turns=max_turns)
         super().__init__(min_number=min_number, max_number=max_number, max_turns=max_turns)
 
     def format_ok(self, reply: str, reward: float) -> bool:
@@ -127,10 +131,9 @@ class ReasoningGym(GemEnv):
 
     task: str = ""
 
-    def __init__(self, size: int = 500, seed: int = 42) -> None:
-        if size < 1:
-            raise ValueError(f"env_config.size: {size}; at least 1 question")
+    def __init__(self, size: int = RG["size"].default, seed: int = RG["seed"].default) -> None:
         self.env_id = f"rg:{self.task}"
+        check_env_config(self.env_id, size=size, seed=seed)
         super().__init__(size=size, seed=seed)
 
     def format_ok(self, reply: str, reward: float) -> bool:

@@ -29,6 +29,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
+from trainer.config.registries import ENV_CONFIG_BOUNDS, check_env_config
 from trainer.envs.actions import ACTION_FORMATS, parse_action
 from trainer.envs.base import Env, StepResult
 
@@ -39,6 +40,7 @@ ALIASES: dict[str, str] = {**{name: name for name in MOVES}, **{name[0]: name fo
 PERPENDICULAR: dict[str, tuple[str, str]] = {"up": ("left", "right"), "down": ("left", "right"),
                                              "left": ("up", "down"), "right": ("up", "down")}
 MAX_LAYOUT_ATTEMPTS = 1000
+LAKE, ROOM = ENV_CONFIG_BOUNDS["frozen_lake"], ENV_CONFIG_BOUNDS["sokoban"]  # defaults and ranges, declared once
 
 
 def _shift(cell: Cell, move: str, sign: int = 1) -> Cell:
@@ -108,12 +110,9 @@ def _reachable(start: Cell, goal: Cell, size: int, holes: frozenset[Cell]) -> bo
 class FrozenLake(_GridEnv):
     """Module docstring."""
 
-    def __init__(self, size: int = 4, p: float = 0.8, is_slippery: bool = False,
+    def __init__(self, size: int = LAKE["size"].default, p: float = LAKE["p"].default, is_slippery: bool = False,
                  action_format: str = "answer_tag") -> None:
-        if not 2 <= size <= 16:
-            raise ValueError(f"env_config.size: {size}; valid: 2..16")
-        if not 0.0 < p <= 1.0:
-            raise ValueError(f"env_config.p: {p}; valid: (0, 1] (probability that a cell is frozen)")
+        check_env_config("frozen_lake", size=size, p=p)  # p: the probability that a cell is frozen
         super().__init__(action_format)
         self.size, self.p, self.is_slippery = size, p, is_slippery
         self.instruction = ("FrozenLake: walk P to the goal G over the frozen cells _ and avoid the holes O. "
@@ -191,18 +190,13 @@ class Sokoban(_GridEnv):
 
     STEP_PENALTY, BOX_ON_TARGET, FINISHED = -0.1, 1.0, 10.0
 
-    def __init__(self, dim_x: int = 6, dim_y: int = 6, num_boxes: int = 1, search_depth: int = 30,
+    def __init__(self, dim_x: int = ROOM["dim_x"].default, dim_y: int = ROOM["dim_y"].default,
+                 num_boxes: int = ROOM["num_boxes"].default, search_depth: int = ROOM["search_depth"].default,
                  action_format: str = "answer_tag", grid_lookup: Mapping[Any, str] | None = None,
                  grid_vocab: Mapping[str, str] | None = None) -> None:
         self.lookup = sokoban_lookup(grid_lookup)
-        if not (3 <= dim_x <= 16 and 3 <= dim_y <= 16):
-            raise ValueError(f"env_config.dim_x / dim_y: {dim_x} x {dim_y}; valid: 3..16 each "
-                             "(walls included)")
-        if not 1 <= num_boxes <= (dim_x - 2) * (dim_y - 2) - 1:
-            raise ValueError(f"env_config.num_boxes: {num_boxes}; valid: 1..{(dim_x - 2) * (dim_y - 2) - 1} "
-                             f"in a {dim_x} x {dim_y} room")
-        if search_depth < 1:
-            raise ValueError(f"env_config.search_depth: {search_depth}; valid: >= 1")
+        # rows and columns count the walls
+        check_env_config("sokoban", dim_x=dim_x, dim_y=dim_y, num_boxes=num_boxes, search_depth=search_depth)
         super().__init__(action_format)
         self.rows, self.cols, self.num_boxes, self.search_depth = dim_x, dim_y, num_boxes, search_depth
         self.instruction = ("Sokoban: push every box X onto a target O; # is a wall, P is you. "

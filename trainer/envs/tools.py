@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from trainer.config.registries import ENV_CONFIG_BOUNDS, check_env_config
 from trainer.envs.actions import ANSWER_TAG, tagged
 from trainer.envs.base import Env, StepResult
 from trainer.envs.calculator import CalculatorError, evaluate, format_number, parse_number
@@ -60,6 +61,7 @@ TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 JSON_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float)}
 ITEMS: tuple[str, ...] = ("apple", "plum", "kiwi", "pear", "fig", "lime", "mango", "peach", "grape", "melon",
                           "lemon", "cherry", "date", "guava", "papaya", "quince")
+BOUNDS = ENV_CONFIG_BOUNDS["tool_use"]  # defaults and ranges, declared once
 
 
 class ToolCallError(ValueError):
@@ -173,20 +175,18 @@ def tool_choice(names: Sequence[str], *, where: str = "env_config.tools") -> dic
 class ToolUse(Env):
     """Module docstring."""
 
-    def __init__(self, tools: Sequence[str] = ("lookup", "calculator"), catalog_size: int = 8, num_items: int = 2,
-                 max_quantity: int = 5, max_price: int = 20, max_tool_uses: int | None = None,
-                 tool_reward: float = 0.0, tool_success_reward: float = 0.0, *,
+    def __init__(self, tools: Sequence[str] = ("lookup", "calculator"),
+                 catalog_size: int = BOUNDS["catalog_size"].default, num_items: int = BOUNDS["num_items"].default,
+                 max_quantity: int = BOUNDS["max_quantity"].default, max_price: int = BOUNDS["max_price"].default,
+                 max_tool_uses: int | None = BOUNDS["max_tool_uses"].default,
+                 tool_reward: float = BOUNDS["tool_reward"].default,
+                 tool_success_reward: float = BOUNDS["tool_success_reward"].default, *,
                  parse_tool_call_parameter_to_dict: bool = False) -> None:
         self.tools = tool_choice(tools)
-        if not 1 <= catalog_size <= len(ITEMS):
-            raise ValueError(f"env_config.catalog_size: {catalog_size}; valid: 1..{len(ITEMS)}")
-        if not 1 <= num_items <= catalog_size:
-            raise ValueError(f"env_config.num_items: {num_items}; valid: 1..catalog_size ({catalog_size})")
-        for key, value in (("max_quantity", max_quantity), ("max_price", max_price)):
-            if not 1 <= value <= 10**6:
-                raise ValueError(f"env_config.{key}: {value}; valid: 1..1000000")
-        if max_tool_uses is not None and max_tool_uses < 1:
-            raise ValueError(f"env_config.max_tool_uses: {max_tool_uses}; valid: >= 1, or unset (no limit)")
+        # max_tool_uses unset: no limit
+        check_env_config("tool_use", catalog_size=catalog_size, num_items=num_items, max_quantity=max_quantity,
+                         max_price=max_price, max_tool_uses=max_tool_uses, tool_reward=tool_reward,
+                         tool_success_reward=tool_success_reward)
         self.catalog_size, self.num_items, self.max_quantity, self.max_price = (catalog_size, num_items,
                                                                                 max_quantity, max_price)
         self.max_tool_uses, self.tool_reward, self.tool_success_reward = (max_tool_uses, float(tool_reward),

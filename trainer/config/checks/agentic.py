@@ -17,7 +17,7 @@ from trainer.config.registries import (
     ROLL_UNSUPPORTED_ENV_MANAGERS,
     TOOL_CALL_ENV_TYPES,
 )
-from trainer.config.roll_env_config import episode_turns, split_roll_env_config
+from trainer.config.roll_env_config import env_config_range_errors, episode_turns, split_roll_env_config
 from trainer.config.schema import AGENTIC_ADV_ESTIMATORS, UNBUILT_ADV_ESTIMATORS, PipelineConfig
 from trainer.config.topology import rollout_schedule
 
@@ -115,8 +115,8 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
 def env_config_errors(config: PipelineConfig) -> list[tuple[str, str]]:
     """(field, message) for each env_config of a played environment (a tag of an env manager) that its environment
     would refuse when built: a ROLL value not built (trainer.config.roll_env_config) or a key the environment does
-    not take, each naming the override that removes it. A value out of an environment's range is refused when the
-    env manager builds it at start (trainer.envs.registry.make_env), before the first step."""
+    not take, each naming the override that removes it; a value out of its declared type or range
+    (registries.ENV_CONFIG_BOUNDS, which the environments assert when built), naming the nearest valid value."""
     played = {tag for m in (config.train_env_manager, config.val_env_manager) if m is not None for tag in m.tags}
     out = []
     for tag in sorted(played):
@@ -124,11 +124,13 @@ def env_config_errors(config: PipelineConfig) -> list[tuple[str, str]]:
         if spec is None or spec.env_type not in ENV_CONFIG_KEYS:
             continue  # reported as an unknown tag or env_type
         where = f"custom_envs.{tag}.env_config"
+        ranges = env_config_range_errors(spec.env_type, spec.env_config, tag=tag)
+        out += ranges
         try:
             options, _ = split_roll_env_config(spec.env_type, spec.env_config, tag=tag, episode_turns=episode_turns(spec))
         except ValueError as exc:
             path, _, message = str(exc).partition(": ")
-            out.append((path, message))
+            out += [(path, message)] if path not in dict(ranges) else []  # e.g. max_steps 0: its range says why
             continue
         valid = ENV_CONFIG_KEYS[spec.env_type]
         out += [(f"{where}.{key}", f"not a setting of the built {spec.env_type} environment (valid: {', '.join(valid)}); "

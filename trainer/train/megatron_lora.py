@@ -151,6 +151,8 @@ class LoraAdapter(nn.Module):
         tp_size: int,
         sequence_parallel: bool,
     ) -> None:
+        from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
+
         super().__init__()
         self.row = linear in ROW_PARALLEL
         self.groups, self.widths = _projection_widths(linear, layout, tp_size)
@@ -165,6 +167,11 @@ class LoraAdapter(nn.Module):
             a = shard(a, 1, tp_size, tp_rank) if self.row else a.clone()
             b = b.clone() if self.row else shard(b, 0, tp_size, tp_rank)
             self.a[proj], self.b[proj] = nn.Parameter(a), nn.Parameter(b)
+            # the sharded factor counts on every TP rank in megatron's gradient norm (the replicated one on rank 0)
+            sharded = self.a[proj] if self.row else self.b[proj]
+            set_tensor_model_parallel_attributes(
+                sharded, is_parallel=tp_size > 1, dim=1 if self.row else 0, stride=1
+            )
             # the replicated factor whose gradient each rank holds a part of (see the module docstring)
             replicated = self.b[proj] if self.row else self.a[proj]
             replicated.sequence_parallel = sequence_parallel and tp_size > 1  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from tests.trainer.train.megatron_testing import (
 )
 from trainer.cluster import distributed
 from trainer.config.schema import ModelArgs
-from trainer.models import lora
+from trainer.models import adapters, lora
 from trainer.models.batch import response_logprobs
 from trainer.roles.common import forward_in_chunks, logprobs_fn
 from trainer.train import OptimConfig, build_strategy
@@ -97,7 +97,7 @@ def test_adapters_compute_what_peft_computes_and_only_they_train(one_rank: None,
         assert torch.equal(value, before[key]) != (".lora_" in key), key  # adapters moved, nothing else did
 
 
-def test_the_engine_gets_the_merged_weights_and_the_trained_log_probs(one_rank: None) -> None:
+def test_the_engine_gets_the_merged_weights_and_the_trained_log_probs(one_rank: None, tmp_path: Path) -> None:
     batch = rollout_batch(4, seed=2)
     strategy = build_strategy("megatron_train", lora_model(ALL), SGD)
     strategy.train_step([batch], nll_loss(float(batch["response_mask"].sum())))
@@ -113,6 +113,13 @@ def test_the_engine_gets_the_merged_weights_and_the_trained_log_probs(one_rank: 
     torch.testing.assert_close(merged[f"{module}.weight"], by_hand, rtol=0, atol=1e-6)
     engine.load_state_dict(merged)
     torch.testing.assert_close(logprobs(engine, batch), trained, rtol=0, atol=1e-5)
+    # the checkpoint's PEFT folder (ActorTrainWorker.save_hf), loaded over the base model by adapter_name_or_path
+    folder = adapters.save_adapter(
+        tmp_path / "lora_adapter", state, ModelArgs(lora_rank=4, lora_alpha=8), None
+    )
+    base = tiny_causal_lm("qwen2", layers=2)
+    reloaded = adapters.merge_adapter(base, str(folder), "actor_train.model_args.adapter_name_or_path")
+    torch.testing.assert_close(logprobs(reloaded, batch), trained, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("distributed_optimizer", [False, True])

@@ -252,11 +252,16 @@ class RunDetailSerializer(RunSerializer):
                   "profiles"]
         read_only_fields = fields
 
+    def to_representation(self, run: Run) -> dict:
+        # stalled and status_display both read stalled_now: its queries run once per run, not once per field
+        self._stalled_now = stalled_now(run)
+        return super().to_representation(run)
+
     def get_stalled(self, run: Run) -> bool:
-        return stalled_now(run)
+        return self._stalled_now
 
     def get_status_display(self, run: Run) -> str:
-        return "stalled" if stalled_now(run) else run.status
+        return "stalled" if self._stalled_now else run.status
 
     @extend_schema_field(AttemptRecordOut(many=True))
     def get_attempt_records(self, run: Run) -> list[dict]:

@@ -170,3 +170,28 @@ def test_an_open_stall_makes_the_run_stalled_in_the_api_and_the_rendered_page(ma
     run.status = RunStatus.FAILED  # the attempt ended: no longer stalled
     run.save(update_fields=["status"])
     assert shown()[:3] == ("failed", False, "failed")
+
+
+def test_the_run_detail_api_computes_stalled_now_once_per_run(make_run, user, runs_dir, monkeypatch) -> None:
+    """`stalled` and `status_display` share one stalled_now per run (its aggregate and exists queries ran twice);
+    the response says the same."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from policylab.api import serializers
+    from policylab.tracking import selectors
+
+    run = make_run(user=user, status=RunStatus.RUNNING)
+    RunAttempt.objects.create(run=run, number=1, status=RunStatus.RUNNING)
+    ingest_events([event("stall", run.pk, 7, 3, stalled(str(run.run_dir)))], publish=False)
+    calls: list[int] = []
+    monkeypatch.setattr(serializers, "stalled_now", lambda r: calls.append(r.pk) or selectors.stalled_now(r))
+    client = client_of(user)
+    client.get(reverse("api:run-detail", args=[run.pk]))  # the session and caches warm
+    calls.clear()
+    with CaptureQueriesContext(connection) as queries:
+        detail = client.get(reverse("api:run-detail", args=[run.pk])).json()
+    assert calls == [run.pk]
+    assert (detail["status"], detail["stalled"], detail["status_display"]) == ("running", True, "stalled")
+    latest = [q["sql"] for q in queries.captured_queries if 'MAX("experiments_runattempt"."number")' in q["sql"]]
+    assert len(latest) == 1, latest  # stalled_now's latest-attempt aggregate, once

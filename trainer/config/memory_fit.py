@@ -59,6 +59,7 @@ from trainer.config.schema import (
 from trainer.config.topology import (
     TRAINING_ROLES,
     dp_size,
+    lengths,
     roles,
     samples_per_rollout,
     strategy_config,
@@ -250,7 +251,7 @@ def training_parts(config: PipelineConfig, role: str, worker: WorkerConfig, shap
         if cfg.zero_optimization.offload_param is not None and cfg.zero_optimization.offload_param.device != "none":
             on_host.add("weights")
     tp = cfg.tensor_model_parallel_size if isinstance(cfg, MegatronConfig) else 1
-    tokens = train_shape(config, role.split(".")[0]).micro_batch * (config.prompt_length + config.response_length) / cp
+    tokens = train_shape(config, role.split(".")[0]).micro_batch * lengths(config).total / cp
     layer = layer_activation(shape, w, tp)
     if worker.model_args.disable_gradient_checkpointing:
         kept = shape.layers * layer * tokens
@@ -280,7 +281,7 @@ def forward_parts(config: PipelineConfig, role: str, worker: WorkerConfig, shape
         z_w = 1 if cfg.cpu_offload else (cfg.fsdp_size if cfg.fsdp_size > 0 else role_world(role, worker))
     elif isinstance(cfg, DeepSpeedConfig) and cfg.zero_optimization.stage == 3:
         z_w = dp_size(role, worker)
-    tokens = worker.infer_batch_size * (config.prompt_length + config.response_length)
+    tokens = worker.infer_batch_size * lengths(config).total
     weights = 0 if isinstance(cfg, Fsdp2Config) and cfg.cpu_offload else shape.params * w / (split * z_w)
     activations = layer_activation(shape, w, tp) * tokens + tokens * outputs(role, shape) * (w + 4) / tp
     return {"weights": math.ceil(weights), "activations": math.ceil(activations)}
@@ -294,7 +295,7 @@ def generation_parts(config: PipelineConfig, role: str, worker: WorkerConfig, sh
     tp = cfg.tensor_parallel_size if isinstance(cfg, VllmConfig) else cfg.tp_size if isinstance(cfg, SglangConfig) else 1
     weights = math.ceil(shape.params * w / tp)
     per_token = kv_bytes_per_token(shape, w, tp)
-    sequence = config.prompt_length + config.response_length
+    sequence = lengths(config).total  # an agentic trajectory under ROLL's cap: sequence_length
     engines = role_world(role, worker)
     if role == "actor_infer":
         batch = math.ceil(samples_per_rollout(config) / engines)
@@ -302,7 +303,7 @@ def generation_parts(config: PipelineConfig, role: str, worker: WorkerConfig, sh
         batch = math.ceil(config.val_batch_size * config.val_n_sample / engines)
     if name == "hf_infer":
         kv = per_token * sequence * batch
-        prefill = layer_activation(shape, w, 1) * batch * config.prompt_length + batch * shape.vocab * 4
+        prefill = layer_activation(shape, w, 1) * batch * lengths(config).prompt + batch * shape.vocab * 4
         return {"weights": weights, "activations": math.ceil(prefill), "kv_cache": kv}, True
     share = cfg.gpu_memory_utilization if isinstance(cfg, VllmConfig) else cfg.mem_fraction_static
     kv_bytes = cfg.kv_cache_memory_bytes if isinstance(cfg, VllmConfig) else None

@@ -153,6 +153,36 @@ def duplicate_devices(mapping: Sequence[int]) -> list[int]:
     return sorted(d for d, n in Counter(mapping).items() if n > 1)
 
 
+@dataclass(frozen=True)
+class Lengths:
+    """The token bounds of one row (see `lengths`)."""
+
+    prompt: int  # longest prompt (agentic: the first prompt of a trajectory)
+    response: int  # longest response (agentic: every reply and observation after the first prompt)
+    total: int  # longest prompt + response of one row: what an engine must hold
+    trajectory_cap: int | None  # ROLL's agentic cap: prompt + response of one trajectory; None: prompt and response apart
+
+
+def lengths(config: PipelineConfig) -> Lengths:
+    """The length bounds a run plays and trains with (docs/decisions/0055).
+
+    An agentic run (train_env_manager set) whose file sets sequence_length and leaves prompt_length and
+    response_length unset is capped the way ROLL's env managers cap it: the whole trajectory, first prompt, every
+    reply and every observation, holds at most sequence_length tokens (trainer.pipeline.trajectory). The split the
+    batch layout still needs (a left-padded prompt, a right-padded response) is then derived, not guessed: a
+    trajectory holds its first prompt and at least one reply token within the cap (ROLL does not generate once the
+    input reaches it), so each part is at most sequence_length - 1, and no narrower bound is known before play (the
+    first prompt's length depends on the tokenizer and the environment). These are limits, not padded widths: the
+    batch pads each part to its longest row (trainer.models.batch). Otherwise prompt_length and response_length
+    bound every row apart and sequence_length only has to hold them (checks.data.check_lengths)."""
+    cap = config.sequence_length
+    capped = (config.train_env_manager is not None and cap is not None
+              and not {"prompt_length", "response_length"} & config.model_fields_set)
+    if capped and cap is not None:
+        return Lengths(cap - 1, cap - 1, cap, cap)
+    return Lengths(config.prompt_length, config.response_length, config.prompt_length + config.response_length, None)
+
+
 def samples_per_rollout(config: PipelineConfig) -> int:
     """rollout_batch_size × num_return_sequences_in_group; the agentic pipeline (train_env_manager set)
     plays rollout_batch_size trajectories, its groups set by train_env_manager.group_size instead."""

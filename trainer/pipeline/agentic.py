@@ -82,8 +82,10 @@ class AgenticPipeline(RLVRPipeline):
                          eval_prompts=self.val_episodes,
                          sampler=train_envs, log=log)
         self.infer_world = len(groups["actor_infer"].call_all(roles.Role.ping))
-        self.setup = PlaySetup(self.generate_rows, tokenizer, chat_format(tokenizer), cfg.prompt_length,
-                               cfg.response_length, keep_frames=cfg.render_save_dir is not None)
+        bounds = topology.lengths(cfg)  # ROLL's trajectory cap when the file sets sequence_length alone (decision 0055)
+        self.setup = PlaySetup(self.generate_rows, tokenizer, chat_format(tokenizer), bounds.prompt,
+                               bounds.response, keep_frames=cfg.render_save_dir is not None,
+                               sequence_length=bounds.trajectory_cap)
         tags = sorted({*train_envs.tags, *(val_envs.tags if val_envs is not None else ())})
         self.tag_ids = {tag: i for i, tag in enumerate(tags)}
         self.normalization = cfg.reward_normalization
@@ -161,7 +163,7 @@ class AgenticPipeline(RLVRPipeline):
                 self.sync_weights()
         metrics.update(data_metrics(
             scores=raw[owner], token_rewards=result.token_rewards, advantages=result.advantages, response_mask=mask,
-            prompt_lengths=prompt_lengths, max_prompt_length=cfg.prompt_length, truncated=truncated,
+            prompt_lengths=prompt_lengths, max_prompt_length=self.setup.prompt_length, truncated=truncated,
             values=result.values, returns=result.returns,
         ))
         metrics.update(env_metrics(trajectories, "env"))

@@ -25,6 +25,14 @@ format_penalty. The trajectory's score is Σ rewards + Σ penalties (ROLL's traj
 on the last reply token by the loop). The episode ends when the environment says done, after
 max_steps replies, after max_actions_per_traj valid actions, or when the next observation and reply
 would not fit in response_length tokens (trainer.envs.base.DONE_REASONS).
+
+ROLL's trajectory cap (`PlaySetup.sequence_length`, set from a ROLL agentic file's sequence_length:
+trainer.config.topology.lengths, docs/decisions/0055) replaces the two limits with ROLL's rule
+(TrajEnvManager/StepEnvManager.make_decision): the engine's input (the conversation so far, step-wise the
+turn's prompt) plus its reply holds at most sequence_length tokens. Each turn samples at most
+min(budget, sequence_length − input) tokens, so the reply that reaches the cap is cut there and still
+steps the environment; once the next input would be sequence_length tokens or more, the episode ends
+(max_length) with the turns played, the observation that did not fit left out, as ROLL drops it.
 """
 
 from __future__ import annotations
@@ -249,6 +257,7 @@ class PlaySetup:
     prompt_length: int
     response_length: int
     keep_frames: bool = False
+    sequence_length: int | None = None  # ROLL's trajectory cap (module docstring); None: the two limits above
 
 
 def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params: SamplingParams,
@@ -269,7 +278,13 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         else:
             text = f"{instruction}\n{observation}" if instruction else observation
         prompt = encode(setup.tokenizer, first_prompt(setup.tokenizer, text, env.tool_schemas))
-        if len(prompt) > setup.prompt_length:
+        if setup.sequence_length is not None and len(prompt) >= setup.sequence_length:
+            # ROLL would play no turn (and fail building the row); the cap must hold the prompt and a reply
+            need = len(prompt) + _budget(trajectory, params)
+            raise ValueError(f"sequence_length: the first prompt of {episode.tag} has {len(prompt)} tokens, which "
+                             f"leaves no room for a reply within sequence_length = {setup.sequence_length}; "
+                             f"override sequence_length={need} or shorten custom_envs.{episode.tag}.env_instruction")
+        if setup.sequence_length is None and len(prompt) > setup.prompt_length:
             raise ValueError(f"prompt_length: the first prompt of {episode.tag} has {len(prompt)} tokens, "
                              f"more than {setup.prompt_length}; raise prompt_length or shorten "
                              f"custom_envs.{episode.tag}.env_instruction")
@@ -284,7 +299,7 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         turn += 1
         by_budget: dict[int, list[int]] = defaultdict(list)
         for i in running:
-            by_budget[_budget(trajectories[i], params)].append(i)
+            by_budget[_budget(trajectories[i], params, setup.sequence_length)].append(i)
         for budget, rows in sorted(by_budget.items()):
             call = dataclasses.replace(params, max_new_tokens=budget, seed=turn_seed(turn, budget))
             prompts = [trajectories[i].next_input() for i in rows]
@@ -294,8 +309,11 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
     return trajectories
 
 
-def _budget(trajectory: Trajectory, params: SamplingParams) -> int:
-    return trajectory.limits.max_new_tokens or params.max_new_tokens
+def _budget(trajectory: Trajectory, params: SamplingParams, cap: int | None = None) -> int:
+    """Tokens the next reply may sample: max_tokens_per_step (else the role's max_new_tokens), and under ROLL's
+    trajectory cap no more than the room the input leaves (ROLL's make_decision)."""
+    budget = trajectory.limits.max_new_tokens or params.max_new_tokens
+    return budget if cap is None else min(budget, cap - len(trajectory.next_input()))
 
 
 def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen: Generation,
@@ -330,7 +348,8 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
         t.finish("max_actions")
     elif t.history_length is not None:  # step-wise: the next turn is a fresh prompt, not a continuation
         prompt = encode(tokenizer, first_prompt(tokenizer, step_text(t, observation)))
-        if len(prompt) > setup.prompt_length:
+        room = setup.sequence_length if setup.sequence_length is not None else setup.prompt_length + 1
+        if len(prompt) >= room:  # ROLL's cap: no turn once the prompt reaches it
             t.finish("max_length")
         else:
             t.prompt_ids = prompt
@@ -341,7 +360,11 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
         closing = tokenizer.decode(gen.token_ids[-1:]) if gen.stop_reason in ("eos", "stop") else ""
         between = encode(tokenizer, setup.chat.between_replies(observation, closing) if results is None
                          else setup.chat.between_tool_results(results, closing))
-        if len(t.response_ids) + len(between) + _budget(t, params) > setup.response_length:
+        if setup.sequence_length is not None:  # ROLL: no turn once the input reaches the cap
+            full = len(t.prompt_ids) + len(t.response_ids) + len(between) >= setup.sequence_length
+        else:
+            full = len(t.response_ids) + len(between) + _budget(t, params) > setup.response_length
+        if full:
             t.finish("max_length")
         else:
             t.add(between, sampled=False)

@@ -19,7 +19,7 @@ from trainer.config.registries import (
 )
 from trainer.config.roll_env_config import env_config_range_errors, episode_turns, split_roll_env_config
 from trainer.config.schema import AGENTIC_ADV_ESTIMATORS, UNBUILT_ADV_ESTIMATORS, PipelineConfig
-from trainer.config.topology import rollout_schedule
+from trainer.config.topology import lengths, rollout_schedule
 
 NEAREST_ENV = {"sokoban_sandbox": "sokoban", "sokoban_native_env": "sokoban"}
 
@@ -79,6 +79,7 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
     issues = []
     turn_default = (config.actor_infer.generating_args.max_new_tokens if config.actor_infer.generating_args
                     else None) or config.response_length
+    capped = lengths(config).trajectory_cap is not None
     for tag, env in config.custom_envs.items():
         if env.env_type in ROLL_DATASET_ENVS:
             dataset = env.env_config.get("dataset_name")
@@ -101,7 +102,9 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
                                       f"trajectory manager plays {tag}: override ~custom_envs.{tag}.env_manager_cls",
                                       kind="not_built"))
         turn = env.max_tokens_per_step or turn_default
-        if turn > config.response_length:
+        if capped:
+            pass  # ROLL trims each turn to the room the cap leaves (trainer.pipeline.trajectory)
+        elif turn > config.response_length:
             issues.append(error(f"custom_envs.{tag}.max_tokens_per_step", f"{turn} tokens per turn exceed "
                                 f"response_length = {config.response_length}, which holds every turn of a trajectory; "
                                 f"override custom_envs.{tag}.max_tokens_per_step={config.response_length}"))

@@ -5,13 +5,16 @@ from __future__ import annotations
 from trainer.config.checks.common import error, warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import DatasetFilter, PipelineConfig, SglangConfig, VllmConfig
-from trainer.config.topology import domain_batch_sizes, roles, rollout_schedule, strategy_config
+from trainer.config.topology import domain_batch_sizes, lengths, roles, rollout_schedule, strategy_config
 
 
 def check_lengths(config: PipelineConfig) -> list[ConfigIssue]:
+    """sequence_length holds prompt_length + response_length, unless it caps an agentic trajectory (ROLL's cap:
+    topology.lengths), and an engine holds the longest row; a turn never samples more than a row's response."""
     issues = []
-    total = config.prompt_length + config.response_length
-    if config.sequence_length is not None and config.sequence_length < total:
+    bounds = lengths(config)
+    total = bounds.total
+    if bounds.trajectory_cap is None and config.sequence_length is not None and config.sequence_length < total:
         issues.append(
             error(
                 "sequence_length",
@@ -30,23 +33,26 @@ def check_lengths(config: PipelineConfig) -> list[ConfigIssue]:
             limit_field, limit = "max_model_len", cfg.max_model_len
         elif isinstance(cfg, SglangConfig):
             limit_field, limit = "context_length", cfg.context_length
+        held = (f"sequence_length = {total}, which caps a trajectory" if bounds.trajectory_cap is not None else
+                f"prompt_length + response_length = {config.prompt_length} + {config.response_length} = {total}")
         if limit is not None and limit < total:
             issues.append(
                 error(
                     f"{base}.{limit_field}",
-                    f"{limit} is shorter than prompt_length + response_length = {config.prompt_length} + "
-                    f"{config.response_length} = {total}; raise it to at least {total}; override {base}.{limit_field}={total}",
+                    f"{limit} is shorter than {held}; raise it to at least {total}; override {base}.{limit_field}={total}",
                 )
             )
         gen = worker.generating_args
-        too_long = gen is not None and (gen.max_new_tokens or 0) > config.response_length
+        too_long = gen is not None and (gen.max_new_tokens or 0) > bounds.response
         if role == "actor_infer" and too_long:
+            cap = (f"sequence_length - 1 = {bounds.response}, the most a reply can take after a one-token prompt"
+                   if bounds.trajectory_cap is not None else f"response_length {bounds.response}; use at most "
+                   "response_length (e.g. ${response_length})")
             issues.append(
                 error(
                     f"{role}.generating_args.max_new_tokens",
-                    f"{gen.max_new_tokens} exceeds response_length {config.response_length}; "
-                    "use at most response_length (e.g. ${response_length}); override "
-                    f"{role}.generating_args.max_new_tokens={config.response_length}",
+                    f"{gen.max_new_tokens} exceeds {cap}; override "
+                    f"{role}.generating_args.max_new_tokens={bounds.response}",
                 )
             )
     return issues

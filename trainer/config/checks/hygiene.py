@@ -11,7 +11,7 @@ from trainer.config.checks.common import warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import BUILT_STRATEGIES
 from trainer.config.schema import PipelineConfig, field_status
-from trainer.config.topology import TRAINING_ROLES
+from trainer.config.topology import TRAINING_ROLES, lengths
 
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
 
@@ -81,6 +81,8 @@ def check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:
             value = getattr(model, name)
             where = f"{path}.{name}" if path else name
             status, reason = field_status(type(model), name)
+            if where == "sequence_length" and lengths(config).trajectory_cap is not None:
+                status = "acts"  # it caps each agentic trajectory (ROLL's cap, topology.lengths)
             if status != "acts":
                 if not _is_default(type(model).model_fields[name], value):
                     issues.append(warning(where, _inactive_message(status, reason)))

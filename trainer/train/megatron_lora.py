@@ -58,6 +58,9 @@ class LoraSpec:
 
     scaling: float
     dropout: float
+    dtype: (
+        torch.dtype
+    )  # the adapters' (float32 under a 16-bit model with autocast_adapter_dtype, as PEFT keeps them)
     adapters: dict[int, dict[str, dict[str, tuple[Tensor, Tensor]]]]
     hf_modules: dict[tuple[int, str], str]  # (layer, projection) -> the HF module name
 
@@ -99,7 +102,8 @@ def lora_spec(model: nn.Module, layout: GPTLayout) -> LoraSpec | None:
         raise ValueError(
             f"LoRA on megatron_train: one scaling and dropout for every layer, got {scalings}, {dropouts}"
         )
-    return LoraSpec(scalings.pop(), dropouts.pop(), adapters, hf_modules)
+    dtype = next(iter(layers.values())).lora_A[ADAPTER].weight.dtype
+    return LoraSpec(scalings.pop(), dropouts.pop(), dtype, adapters, hf_modules)
 
 
 def base_state(hf_state: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -185,13 +189,14 @@ class LoraAdapter(nn.Module):
 
         if not self.row and self.sequence_parallel and self.tp > 1:
             x = tpl.gather_from_sequence_parallel_region(x, tensor_parallel_output_grad=True)
+        x = x.to(next(iter(self.a.values())).dtype)  # PEFT computes the adapter in its own dtype
         x = nn.functional.dropout(x, self.dropout, self.training) if self.dropout else x
         pieces = []
         for proj, width in self.widths:
             if proj not in self.a:
                 pieces.append(x.new_zeros(*x.shape[:-1], self.groups, width))
                 continue
-            low = x @ self.a[proj].to(x.dtype).t()
+            low = x @ self.a[proj].t()
             if self.tp > 1 and self.row:
                 low = (
                     tpl.reduce_scatter_to_sequence_parallel_region(low)
@@ -202,7 +207,7 @@ class LoraAdapter(nn.Module):
                 low = tpl.copy_to_tensor_model_parallel_region(
                     low
                 )  # backward: A's gradient summed over B's shards
-            out = low @ self.b[proj].to(x.dtype).t()
+            out = low @ self.b[proj].t()
             pieces.append(out.reshape(*out.shape[:-1], self.groups, width))
         return self.scaling * torch.cat(pieces, dim=-1).flatten(-2)
 
@@ -314,3 +319,11 @@ def with_base_layer_names(state: Mapping[str, Tensor], spec: LoraSpec) -> dict[s
         module, _, param = name.rpartition(".")
         out[f"{module}.base_layer.{param}" if module in adapted else name] = tensor
     return out
+
+
+def restore_adapter_dtype(chunks: list[nn.Module], spec: LoraSpec) -> None:
+    """Megatron's Float16Module casts the whole chunk to 16 bits; the adapters go back to their own dtype."""
+    for chunk in chunks:
+        for module in chunk.modules():
+            if isinstance(module, LoraAdapter):
+                module.to(spec.dtype)

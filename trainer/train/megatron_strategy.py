@@ -96,6 +96,7 @@ from trainer.train.megatron_lora import (
     is_adapter_key,
     lora_hf_tensors,
     lora_spec,
+    restore_adapter_dtype,
     with_base_layer_names,
 )
 from trainer.train.megatron_vocab import vocab_parallel_logprobs_entropy
@@ -409,6 +410,8 @@ class _MegatronModel(StrategyBase):
         self.chunks: list[Any] = [  # megatron modules: methods (zero_grad_buffer, …) beyond nn.Module's
             Float16Module(self.config, c) if dtype != torch.float32 else c for c in chunks
         ]
+        if self.lora is not None:
+            restore_adapter_dtype(self.chunks, self.lora)
         self.model = nn.ModuleList(self.chunks)
         self.data_parallel = DataParallel(
             ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(), ps.get_data_parallel_group()

@@ -145,6 +145,25 @@ def test_a_checkpoint_resumes_the_adapters_exactly(
     assert all(torch.equal(after[k], v) for k, v in fresh.full_state_dict().items())
 
 
+def test_adapters_stay_float32_under_a_bf16_model_as_peft_keeps_them(one_rank: None) -> None:
+    batch = rollout_batch(4, seed=4)
+    loss_fn = nll_loss(float(batch["response_mask"].sum()))
+
+    def bf16_lora() -> torch.nn.Module:
+        torch.manual_seed(3)
+        args = ModelArgs(lora_target=ALL, lora_rank=4, lora_alpha=8)  # autocast_adapter_dtype: true (default)
+        return lora.add_lora(tiny_causal_lm("qwen2", layers=2).to(torch.bfloat16), args)
+
+    expected = build_strategy("torch_train", bf16_lora(), SGD).train_step([batch], loss_fn)
+    strategy = build_strategy("megatron_train", bf16_lora(), SGD)
+    adapters_ = {n: p for c in strategy.chunks for n, p in c.named_parameters() if ".lora." in n}
+    assert adapters_ and {p.dtype for p in adapters_.values()} == {torch.float32}
+    before = {n: p.detach().clone() for n, p in adapters_.items()}
+    metrics = strategy.train_step([batch], loss_fn)
+    assert metrics["loss"] == pytest.approx(expected["loss"], rel=2e-2)  # bf16 kernels differ
+    assert all(not torch.equal(p, before[n]) for n, p in adapters_.items() if ".b." in n)
+
+
 def test_a_module_megatron_lora_does_not_adapt_is_refused_naming_the_override(one_rank: None) -> None:
     with pytest.raises(ValueError, match=r"lm_head.*override actor_train\.model_args\.lora_target=q_proj"):
         build_strategy("megatron_train", lora_model("q_proj,lm_head"), SGD)

@@ -137,3 +137,35 @@ def test_the_cap_needs_the_agentic_pipeline_and_both_lengths_unset() -> None:
     ]
     rlvr = PipelineConfig.model_validate({"sequence_length": 4096})  # no train_env_manager: the RLVR pipeline
     assert lengths(rlvr) == Lengths(prompt=1024, response=1024, total=2048, trajectory_cap=None)
+
+
+def test_the_agentic_pipeline_on_the_tiny_model_caps_every_trajectory(tmp_path: Path) -> None:
+    """examples/agentic_grid_cpu.yaml with its lengths removed and sequence_length=100: one real CPU step; every
+    trajectory holds at most 100 tokens and those the cap ended stopped short of max_steps (6 replies)."""
+    from tests.trainer.pipeline.conftest import REPO_ROOT, events, run_local
+
+    overrides = [
+        "~prompt_length",
+        "~response_length",
+        "sequence_length=100",
+        f"output_dir={tmp_path}",
+        f"logging_dir={tmp_path}/logs",
+        "render_save_dir=null",
+        "track_with=none",
+        "max_steps=1",
+        "eval_steps=0",
+        "save_steps=1000",
+        "rollout_batch_size=8",
+        "train_env_manager.env_groups=2",
+        "train_env_manager.n_groups=[2]",
+        "actor_train.training_args.per_device_train_batch_size=8",
+        "actor_train.training_args.gradient_accumulation_steps=1",
+    ]
+    cfg = load_config(REPO_ROOT / "examples" / "agentic_grid_cpu.yaml", overrides)
+    assert lengths(cfg).trajectory_cap == 100
+    assert run_local(cfg) == 0
+    samples = [s for e in events(tmp_path, "rollouts") for s in e["data"]["samples"]]
+    assert len(samples) == 8
+    assert all(s["prompt_length"] + s["response_length"] <= 100 for s in samples)
+    capped = [s for s in samples if s["done_reason"] == "max_length"]
+    assert capped and all(s["num_turns"] < 6 for s in capped)

@@ -126,7 +126,7 @@ ROLL_FIELDS: dict[str, frozenset[str]] = {
 # TOPR example's misspelt `positive_loss_coef` (ROLL's field is `postive_loss_coef`), `validation.eval_steps`.
 EXAMPLE_IGNORED = frozenset({"positive_loss_coef", "eval_steps"})
 
-WORKERS = ("actor_train", "actor_infer", "reference", "critic", "validation", "reward", "teacher")
+WORKERS = ("actor_train", "actor_infer", "reference", "critic", "validation", "reward", "reward_model", "teacher")
 SUBSECTIONS = ("model_args", "training_args", "data_args", "generating_args", "strategy_args",
                "sequence_packing_args")
 TOP_SECTIONS = ("reward_normalization", "train_infer_correction")

@@ -82,8 +82,9 @@ class PipelineConfig(  # bases in reverse: pydantic puts the last base's fields 
         for worker in (self.actor_train, self.actor_infer, self.reference):
             if worker is not None and worker.model_args.model_name_or_path is None:
                 worker.model_args.model_name_or_path = self.pretrain
-        if self.critic is not None and self.critic.model_args.model_name_or_path is None:
-            self.critic.model_args.model_name_or_path = self.reward_pretrain
+        for judged in (self.critic, self.reward_model):
+            if judged is not None and judged.model_args.model_name_or_path is None:
+                judged.model_args.model_name_or_path = self.reward_pretrain
         # global_template: the chat template of every role whose data_args leave template unset.
         if self.global_template is not None:
             for worker in (self.actor_train, self.validation):

@@ -14,7 +14,7 @@ written out as native YAML (a foreign file is translated first). Each is one gen
 - **one device**: every role's `device_mapping` is `[0]` on one node, with every parallel size of its
   strategy at 1 (Megatron's TP/PP/CP/EP, vLLM's TP/PP, FSDP2's shard and Ulysses sizes, DeepSpeed's hpZ); vLLM runs on
   CPU in float32 and eager, with a 64 MiB KV cache, its model length fitting the smoke's lengths and the whole
-  batch's prompts in one scheduler step. A FlashAttention kernel whose package is not installed runs as `sdpa`
+  batch's prompts in one scheduler step (a vLLM judge's, JUDGE_TOKENS long, past the tiny model's positions). A FlashAttention kernel whose package is not installed runs as `sdpa`
   (the same attention; preflight names the package for a real run).
 - **sizes**: 2 prompts per step (for several reward domains the fewest that give every domain one at the file's
   shares: `smoke_prompts`), at most 4 samples per prompt (the file's group size, capped), one optimizer
@@ -38,13 +38,21 @@ from trainer.config.issues import ConfigIssue
 from trainer.config.preflight import FLASH_PACKAGES, installed
 from trainer.config.registries import ROLL_REWARD_WORKERS
 from trainer.config.schema import DeepSpeedConfig, Fsdp2Config, MegatronConfig, PipelineConfig, VllmConfig
-from trainer.config.topology import TRAINING_ROLES, domain_batch_sizes, roles, strategy_config, strategy_name
+from trainer.config.topology import (
+    TRAINING_ROLES,
+    cluster_judges,
+    domain_batch_sizes,
+    roles,
+    strategy_config,
+    strategy_name,
+)
 
 SMOKE_STEPS = 2
 PROMPTS_PER_STEP = 2
 MAX_GROUP = 4
 PROMPT_TOKENS = 256
 RESPONSE_TOKENS = 8
+JUDGE_TOKENS = 2048  # a judge's prompt and reply (_judge_overrides)
 VLLM_KV_BYTES = 64 * 1024**2
 MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                   "expert_model_parallel_size")
@@ -98,9 +106,33 @@ def smoke_overrides(config: PipelineConfig, *, model: str, data_file: str, outpu
         out.append(f"pretrain={model}")
     if config.reward_pretrain is not None:
         out.append(f"reward_pretrain={model}")
+    judges = judge_roles(config)
     for role, worker in roles(config).items():
         out += _role_overrides(role, worker, model=model, data_file=data_file, samples=samples)
+        if role in judges:
+            out += _judge_overrides(role, worker, samples)
     return out + _writes_inside(config, output_dir)
+
+
+def judge_roles(config: PipelineConfig) -> list[str]:
+    """The roles whose engine generates LLM judgments: an inference judge's own section, and the reward_model group
+    when a cluster judge asks it."""
+    out = ["reward_model"] if config.reward_model is not None and cluster_judges(config) else []
+    for name, reward in config.rewards.items():
+        if reward_kind(config, name) == "llm_judge" and reward.judge_model_type == "inference":
+            out.append(f"rewards.{name}")
+    return out
+
+
+def _judge_overrides(role: str, worker: Any, samples: int) -> list[str]:
+    """A judge's prompt holds the question, the response and the reference inside the judge template (~850 tokens
+    of the tiny tokenizer): a vLLM judge's model length fits JUDGE_TOKENS, past the tiny model's 512 positions
+    (its config's max_position_embeddings raised with it; vLLM refuses a longer length otherwise)."""
+    if not isinstance(strategy_config(worker), VllmConfig):
+        return []
+    prefix = f"{role}.strategy_args.strategy_config"
+    return [f"{prefix}.max_model_len={JUDGE_TOKENS}", f"{prefix}.max_num_batched_tokens={max(samples, 8) * JUDGE_TOKENS}",
+            f"{role}.model_args.model_config_kwargs.max_position_embeddings={JUDGE_TOKENS}"]
 
 
 def _agentic_overrides(config: PipelineConfig) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.config.registries import INFER_STRATEGIES
+from trainer.config.registries import INFER_STRATEGIES, ROLL_REWARD_WORKERS
 from trainer.config.schema import (
     Fsdp2Config,
     MegatronConfig,
@@ -50,11 +50,13 @@ ROLE_TABLE: tuple[RoleSpec, ...] = (
     RoleSpec("reference", trains=False, computes=True, optional=True),
     RoleSpec("critic", trains=True, computes=True, optional=True),
     RoleSpec("validation", trains=False, computes=False, optional=True),
+    # ROLL's shared LLM judge (rewards with judge_model_type cluster call it); its sampling is seeded per request
+    RoleSpec("reward_model", trains=False, computes=False, optional=True),
 )
 WORKER_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE)  # the config's worker sections
 TRAINING_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE if r.trains)  # actor_train, critic
 COMPUTING_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE if r.computes)
-OPTIONAL_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE if r.optional)  # reference, critic, validation
+OPTIONAL_ROLES: tuple[str, ...] = tuple(r.name for r in ROLE_TABLE if r.optional)  # reference, critic, validation, reward_model
 
 
 def roles(config: PipelineConfig) -> dict[str, WorkerConfig]:
@@ -67,6 +69,14 @@ def roles(config: PipelineConfig) -> dict[str, WorkerConfig]:
     for name, reward in config.rewards.items():
         out[f"rewards.{name}"] = reward
     return out
+
+
+def cluster_judges(config: PipelineConfig) -> list[str]:
+    """The llm_judge rewards that send their prompts to the reward_model group (ROLL's judge_model_type cluster):
+    the group is built only when one does."""
+    return [name for name, reward in config.rewards.items()
+            if "llm_judge" in (reward.reward_type, ROLL_REWARD_WORKERS.get(reward.worker_cls or ""))
+            and reward.judge_model_type == "cluster"]
 
 
 def strategy_name(role: str, worker: WorkerConfig) -> str:

@@ -12,6 +12,7 @@ tokenizer and data, placing workers (Ray), loading each role's model, the first 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from trainer.config import topology
 from trainer.pipeline.models import materialise_tiny_models, policy_path
 
 if TYPE_CHECKING:
@@ -60,8 +62,19 @@ def roles_in_use(cfg: PipelineConfig) -> list[str]:
             raise ValueError("critic: adv_estimator 'gae' needs a critic section")
         roles.append("critic")
     if cfg.train_env_manager is None:  # the agentic pipeline's rewards come from its environments
+        if cfg.reward_model is not None and topology.cluster_judges(cfg):
+            roles.append("reward_model")  # before reward, which is handed this group
         roles.append("reward")
     return roles
+
+
+def worker_class(role: str, groups: dict[str, Any]) -> Any:
+    """The role's worker class; the reward worker gets the reward_model group its cluster judges ask."""
+    from trainer.roles import WORKER_CLASSES
+
+    if role == "reward":
+        return functools.partial(WORKER_CLASSES[role], judge_server=groups.get("reward_model"))
+    return WORKER_CLASSES[role]
 
 
 def _with_reference_default(cfg: PipelineConfig) -> Any:
@@ -85,7 +98,7 @@ def build_groups(cfg: PipelineConfig, roles: list[str], backend: str,
 
         for role in roles:
             phase(f"loading model: {role}")
-            groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,),
+            groups[role] = LocalWorkerGroup(worker_class(role, groups), role, init_args=(cfg,),
                                             distributed=needs_process_group(cfg, role))
         return cast("RoleGroups", groups)
 
@@ -97,7 +110,7 @@ def build_groups(cfg: PipelineConfig, roles: list[str], backend: str,
     pools = plan_resource_pools(cfg)
     for role in roles:
         if role == "reward":  # rule rewards are cheap, pure Python: scored in the driver
-            groups[role] = LocalWorkerGroup(WORKER_CLASSES[role], role, init_args=(cfg,))
+            groups[role] = LocalWorkerGroup(worker_class(role, groups), role, init_args=(cfg,))
             continue
         phase(f"placing workers and loading model: {role}")
         distributed = needs_process_group(cfg, role)

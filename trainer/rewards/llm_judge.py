@@ -23,7 +23,8 @@ Score of a judgment (ROLL's `_parse_score`), `parse_judge_score`:
 Two ways to get the judgment (`judge_model_type`): `api` POSTs `{model, messages}` to an OpenAI-compatible
 `<judge_api_url>/chat/completions` (through trainer.config.outbound's policy, `Authorization: Bearer
 <judge_api_key>` when a key is set) and reads `choices[0].message.content`; `inference` hands the conversations to a local generator built
-by the reward role from the section's own model (trainer.roles.reward). The key never appears in a message,
+by the reward role from the section's own model (trainer.roles.reward); `cluster` to the reward_model worker group
+(trainer.roles.judge_server), ROLL's shared judge. The key never appears in a message,
 a log line or an error: error texts that could echo it are redacted.
 """
 
@@ -226,7 +227,7 @@ def call_judge_api(url: str, model: str, messages: Messages, *, api_key: str | N
 @dataclass(frozen=True)
 class LLMJudgeOptions:
     """The reward's settings. From the reward section (ROLL's keys): judge_prompt, judge_model_type,
-    judge_model_name, judge_api_url, judge_api_key, and for `inference` the section model's `generate`
+    judge_model_name, judge_api_url, judge_api_key, and for `inference` / `cluster` the judge's `generate`
     (built by trainer.roles.reward). From `reward_kwargs` (PolicyLab's; ROLL fixes them in code):
     `timeout_s` (per request), `tries` (requests per judgment; ROLL's 3), `retry_wait_s`, `concurrency`
     (judgments requested at once; ROLL asks one at a time), `temperature` / `max_tokens` (sent with each
@@ -256,8 +257,11 @@ class LLMJudgeOptions:
         elif self.judge_model_type == "inference":
             if self.generate is None:
                 raise ValueError("judge_model_type: inference needs the section's model (model_args.model_name_or_path)")
+        elif self.judge_model_type == "cluster":
+            if self.generate is None:
+                raise ValueError("judge_model_type: cluster needs the reward_model group (a top-level reward_model)")
         else:
-            raise ValueError(f"judge_model_type: {self.judge_model_type!r}; valid: api, inference")
+            raise ValueError(f"judge_model_type: {self.judge_model_type!r}; valid: api, inference, cluster")
         checks = {"timeout_s": self.timeout_s > 0, "tries": self.tries >= 1, "retry_wait_s": self.retry_wait_s >= 0,
                   "concurrency": self.concurrency >= 1,
                   "temperature": self.temperature is None or self.temperature >= 0,
@@ -270,7 +274,7 @@ class LLMJudgeOptions:
 
     def judge(self) -> Generate:
         """conversations -> replies, through the API (`concurrency` at once) or the local model."""
-        if self.judge_model_type == "inference":
+        if self.judge_model_type in ("inference", "cluster"):
             assert self.generate is not None
             return self.generate
         extra = {k: v for k, v in (("temperature", self.temperature), ("max_tokens", self.max_tokens)) if v is not None}

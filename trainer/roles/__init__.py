@@ -1,4 +1,4 @@
-"""The five roles of an RL run, and the typed interface the loop calls them by.
+"""The roles of an RL run, and the typed interface the loop calls them by.
 
 Each role is a plain class constructed with `(role, cfg, rank, world_size)`; the same class runs in
 the driver process (`LocalWorkerGroup`) or as a Ray actor per rank (`WorkerGroup`). The loop names a
@@ -10,6 +10,7 @@ batch, step=step)`), so a reader and a type checker can follow every call to its
     reference    trainer.roles.reference.ReferenceWorker  Reference
     actor_infer  trainer.roles.rollout.ActorInferWorker   Rollout
     reward       trainer.roles.reward.RewardWorker        Reward
+    reward_model trainer.roles.judge_server.JudgeServerWorker  JudgeServer (the judge group cluster judges ask)
 
 Batches are dicts of CPU tensors laid out as in trainer.models.batch; a worker only sees its shard.
 Each method declares how a group calls it (`@dispatch`): a group refuses another call mode, so the loop cannot
@@ -31,8 +32,9 @@ from trainer.cluster.worker_group import Group, dispatch
 from trainer.roles.actor import ActorTrainWorker
 from trainer.roles.common import needs_process_group
 from trainer.roles.critic import CriticWorker
+from trainer.roles.judge_server import JudgeServerWorker
 from trainer.roles.reference import ReferenceWorker
-from trainer.roles.reward import RewardWorker
+from trainer.roles.reward import JudgeServer, RewardWorker
 from trainer.roles.rollout import ActorInferWorker
 from trainer.rollout.base import Generation, SamplingParams
 
@@ -122,6 +124,7 @@ class RoleGroups(TypedDict, total=False):
     reference: Group[Reference]
     critic: Group[Critic]
     reward: Group[Reward]
+    reward_model: Group[JudgeServer]
 
 
 def group_named(groups: RoleGroups, role: str) -> Group[Any]:
@@ -137,6 +140,7 @@ WORKER_CLASSES: dict[str, type] = {
     "reference": ReferenceWorker,
     "critic": CriticWorker,
     "reward": RewardWorker,
+    "reward_model": JudgeServerWorker,
 }
 ROLE_PROTOCOLS: dict[str, type] = {
     "actor_train": Actor,
@@ -144,7 +148,8 @@ ROLE_PROTOCOLS: dict[str, type] = {
     "reference": Reference,
     "critic": Critic,
     "reward": Reward,
+    "reward_model": JudgeServer,
 }
 
-__all__ = ["ROLE_PROTOCOLS", "WORKER_CLASSES", "Actor", "Critic", "Reference", "Reward", "Role", "RoleGroups",
-           "Rollout", "Trained", "group_named", "needs_process_group"]
+__all__ = ["ROLE_PROTOCOLS", "WORKER_CLASSES", "Actor", "Critic", "JudgeServer", "Reference", "Reward", "Role",
+           "RoleGroups", "Rollout", "Trained", "group_named", "needs_process_group"]

@@ -7,14 +7,24 @@ Without a `rewards` section a synthetic-task run is scored by the `synthetic` ve
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from trainer.cluster.worker_group import dispatch
 from trainer.config.registries import REWARD_TYPES, ROLL_REWARD_WORKERS
 from trainer.roles.common import RoleBase
 
 if TYPE_CHECKING:
-    from trainer.config.schema import PipelineConfig, RewardWorkerConfig
+    from trainer.cluster.worker_group import Group
+    from trainer.config.schema import PipelineConfig, RewardWorkerConfig, WorkerConfig
     from trainer.rollout.base import SamplingParams
+
+class JudgeServer(Protocol):
+    """The reward_model group's role (trainer.roles.judge_server.JudgeServerWorker; every role's Role methods
+    besides), declared beside its only caller, cluster_judge."""
+
+    @dispatch("sharded")
+    def judge(self, batch: dict[str, Any], params: SamplingParams) -> list[str]: ...
+
 
 # The llm_judge settings the reward section owns (ROLL's keys), never taken from reward_kwargs.
 JUDGE_SECTION_KEYS = ("judge_prompt", "judge_model_type", "judge_model_name", "judge_api_url", "judge_api_key",
@@ -22,9 +32,12 @@ JUDGE_SECTION_KEYS = ("judge_prompt", "judge_model_type", "judge_model_name", "j
 
 
 class RewardWorker(RoleBase):
-    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int) -> None:
+    """`judge_server`: the reward_model group (trainer.roles.judge_server), which judge_model_type cluster asks."""
+
+    def __init__(self, role: str, cfg: PipelineConfig, rank: int, world_size: int,
+                 judge_server: Group[JudgeServer] | None = None) -> None:
         self.role, self.cfg, self.rank, self.world_size = role, cfg, rank, world_size
-        self.reward_fn = build_reward_fn(cfg)
+        self.reward_fn = build_reward_fn(cfg, judge_server)
 
     def score(self, batch: dict[str, Any]) -> list[float]:
         return self.reward_fn(list(batch["prompts"]), list(batch["responses"]), list(batch["samples"]))
@@ -39,8 +52,9 @@ def reward_type(name: str, section: Any) -> str:
                      f"valid: {', '.join(REWARD_TYPES)}")
 
 
-def build_reward_fn(cfg: PipelineConfig) -> Any:
-    """(prompts, responses, samples) -> list[float], dispatching each sample by its tag."""
+def build_reward_fn(cfg: PipelineConfig, judge_server: Group[JudgeServer] | None = None) -> Any:
+    """(prompts, responses, samples) -> list[float], dispatching each sample by its tag; `judge_server` is the
+    reward_model group a judge_model_type cluster judge sends its prompts to."""
     from trainer.rewards.registry import build_reward
 
     routes: list[tuple[str, list[str], Any]] = []
@@ -52,7 +66,7 @@ def build_reward_fn(cfg: PipelineConfig) -> Any:
         if reward_type(name, section) == "code_sandbox":
             kwargs.update(use_local=section.use_local, code_url=section.code_url)
         if reward_type(name, section) == "llm_judge":
-            kwargs.update(judge_options(cfg, name, section))
+            kwargs.update(judge_options(cfg, name, section, judge_server))
         if reward_type(name, section) == "crossthinkqa_rule" and section.scoring_mode is not None:
             kwargs["scoring_mode"] = section.scoring_mode  # ROLL's reward_type soft/loose/strict
         try:
@@ -85,9 +99,11 @@ def build_reward_fn(cfg: PipelineConfig) -> Any:
     return score
 
 
-def judge_options(cfg: PipelineConfig, name: str, section: RewardWorkerConfig) -> dict[str, Any]:
+def judge_options(cfg: PipelineConfig, name: str, section: RewardWorkerConfig,
+                  judge_server: Group[JudgeServer] | None = None) -> dict[str, Any]:
     """The llm_judge reward's section-owned options (trainer.rewards.llm_judge.LLMJudgeOptions): ROLL's judge_*
-    keys, and for judge_model_type inference a generator over the section's own model."""
+    keys, and a generator: for judge_model_type inference over the section's own model, for cluster through the
+    reward_model group."""
     owned = sorted(set(section.reward_kwargs) & set(JUDGE_SECTION_KEYS))
     if owned:
         raise ValueError(f"rewards.{name}.reward_kwargs.{owned[0]}: set by the reward section, not reward_kwargs "
@@ -99,7 +115,29 @@ def judge_options(cfg: PipelineConfig, name: str, section: RewardWorkerConfig) -
     }
     if section.judge_model_type == "inference":
         options["generate"] = local_judge(cfg, name, section)
+    if section.judge_model_type == "cluster":
+        options["generate"] = cluster_judge(cfg, name, section, judge_server)
     return options
+
+
+def cluster_judge(cfg: PipelineConfig, name: str, section: RewardWorkerConfig,
+                  server: Group[JudgeServer] | None) -> Any:
+    """conversations -> replies from the reward_model group (ROLL's judge_model_type cluster): the conversations
+    split evenly over its ranks (padded with empty ones, which a rank skips), decoded with this section's
+    generating_args as ROLL sends them with each request, else the reward_model's own."""
+    if server is None or cfg.reward_model is None:
+        raise ValueError(f"rewards.{name}.judge_model_type: cluster asks the reward_model group, which this run did "
+                         "not build (a top-level reward_model section)")
+    params = judge_sampling_params(cfg, section if section.generating_args is not None else cfg.reward_model)
+
+    def generate(conversations: list[list[dict[str, str]]]) -> list[str]:
+        if not conversations:
+            return []
+        padded = conversations + [[]] * (-len(conversations) % server.world_size)
+        shards = server.call_sharded(JudgeServer.judge, {"conversations": padded}, params=params)
+        return [reply for shard in shards for reply in shard][: len(conversations)]
+
+    return generate
 
 
 def local_judge(cfg: PipelineConfig, name: str, section: RewardWorkerConfig) -> Any:
@@ -109,19 +147,25 @@ def local_judge(cfg: PipelineConfig, name: str, section: RewardWorkerConfig) -> 
 
 
 def judge_engine(cfg: PipelineConfig, name: str, section: RewardWorkerConfig) -> Any:
-    """The inference judge's engine, by the section's strategy_name: hf_infer over the section's model, or an
-    in-process vLLM engine from its strategy_config (ROLL's `strategy_name: vllm` under a judge; seed: the
-    pipeline seed; it never sleeps, being no rollout engine the trainer swaps with)."""
+    """The inference judge's engine (judge_engine_at the reward section `rewards.<name>`)."""
+    return judge_engine_at(cfg, f"rewards.{name}", section)
+
+
+def judge_engine_at(cfg: PipelineConfig, where: str, section: WorkerConfig) -> Any:
+    """A judge's engine from the section at config path `where` (an inference judge's reward section, or the
+    reward_model group's), by its strategy_name: hf_infer over the section's model, or an in-process vLLM engine
+    from its strategy_config (ROLL's `strategy_name: vllm` under a judge; seed: the pipeline seed; it never sleeps,
+    being no rollout engine the trainer swaps with)."""
     from trainer.config import topology
     from trainer.models.loading import load_model
     from trainer.roles.rollout import hf_engine_of
 
     path = section.model_args.model_name_or_path or cfg.reward_pretrain
     if not path:
-        raise ValueError(f"rewards.{name}.model_args.model_name_or_path: judge_model_type inference needs the "
-                         "judge model's path (or a top-level reward_pretrain)")
+        raise ValueError(f"{where}.model_args.model_name_or_path: the judge needs its model's path (or a top-level "
+                         "reward_pretrain)")
     args = section.model_args
-    strategy = topology.strategy_name(f"rewards.{name}", section)
+    strategy = topology.strategy_name(where, section)
     if strategy == "vllm":
         import torch
 
@@ -133,26 +177,30 @@ def judge_engine(cfg: PipelineConfig, name: str, section: RewardWorkerConfig) ->
                                trust_remote_code=args.trust_remote_code, hf_overrides=args.model_config_kwargs)
         return VllmEngine(str(path), kwargs)
     if strategy != "hf_infer":
-        raise ValueError(f"rewards.{name}.strategy_args.strategy_name: an inference judge runs on hf_infer or vllm, "
-                         f"not {strategy}")
+        raise ValueError(f"{where}.strategy_args.strategy_name: a judge runs on hf_infer or vllm, not {strategy}")
     model = load_model(path, dtype=args.dtype, attn_implementation=args.attn_implementation,
                        trust_remote_code=args.trust_remote_code, config_overrides=args.model_config_kwargs)
     return hf_engine_of(section, str(path), model)
 
 
 def judge_generate(cfg: PipelineConfig, section: RewardWorkerConfig, engine: Any) -> Any:
-    """conversations -> replies through `engine`: each conversation rendered with the section's
-    data_args.template (the tokenizer's chat template by default), generated with the section's
-    generating_args, decoded without special tokens."""
+    """conversations -> replies through `engine` (judge_replies), generated with the section's generating_args."""
+    replies = judge_replies(cfg, section, engine)
+    params = judge_sampling_params(cfg, section)
+    return lambda conversations: replies(conversations, params)
+
+
+def judge_replies(cfg: PipelineConfig, section: WorkerConfig, engine: Any) -> Any:
+    """(conversations, SamplingParams) -> replies through `engine`: each conversation rendered with the section's
+    data_args.template (the tokenizer's chat template by default), decoded without special tokens."""
     from trainer.data.datasets import render_prompt
     from trainer.models.loading import load_tokenizer
 
     path = str(section.model_args.model_name_or_path or cfg.reward_pretrain)  # judge_engine refused an unset one
     tokenizer = load_tokenizer(path, trust_remote_code=section.model_args.trust_remote_code)
     template = section.data_args.template if section.data_args is not None else "native"
-    params = judge_sampling_params(cfg, section)
 
-    def generate(conversations: list[list[dict[str, str]]]) -> list[str]:
+    def replies(conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[str]:
         if not conversations:
             return []
         texts = [render_prompt({"messages": m}, tokenizer, template=template, messages_key="messages")
@@ -161,10 +209,10 @@ def judge_generate(cfg: PipelineConfig, section: RewardWorkerConfig, engine: Any
         gens = engine.generate(ids, params)
         return [tokenizer.decode(g.token_ids, skip_special_tokens=True).strip() for g in gens]
 
-    return generate
+    return replies
 
 
-def judge_sampling_params(cfg: PipelineConfig, section: RewardWorkerConfig) -> SamplingParams:
+def judge_sampling_params(cfg: PipelineConfig, section: WorkerConfig) -> SamplingParams:
     """The judge's decoding from the section's generating_args (greedy without them or with do_sample false);
     max_new_tokens unset uses response_length, the seed generating_args.seed else the pipeline seed."""
     from trainer.rollout.base import SamplingParams

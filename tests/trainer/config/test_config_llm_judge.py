@@ -63,9 +63,16 @@ def test_an_unknown_prompt_name_lists_the_valid_ones() -> None:
 
 
 def test_an_unknown_mode_is_refused() -> None:
+    result = validate_config(changed({"rewards.judge": {**API, "judge_model_type": "remote"}}))
+    [error] = [i for i in result.errors if i.path == "rewards.judge.judge_model_type"]
+    assert "api" in error.message and "inference" in error.message and "cluster" in error.message
+
+
+def test_a_cluster_judge_without_its_group_is_refused_naming_the_override() -> None:
     result = validate_config(changed({"rewards.judge": {**API, "judge_model_type": "cluster"}}))
     [error] = [i for i in result.errors if i.path == "rewards.judge.judge_model_type"]
-    assert "api" in error.message and "inference" in error.message
+    assert "reward_model worker group, which is not set" in error.message
+    assert "override rewards.judge.judge_model_type=inference" in error.message
 
 
 def test_an_inference_judge_runs_on_hf_infer_or_vllm_only() -> None:

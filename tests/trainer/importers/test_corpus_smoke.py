@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -89,14 +89,15 @@ def reward_range(config: PipelineConfig) -> tuple[float, float]:
     return 0.0, 1.0
 
 
-def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str]) -> None:
+def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str], extra: Sequence[str] = ()) -> None:
+    """`extra`: overrides after the fixing ones (a CPU-sized variant of a file preflight skips)."""
     try:
         overrides, result = fixing_overrides(name)
     except AssertionError as refused:  # test_foreign_corpus fails for it: the smoke is for files that validate
         pytest.skip(f"{name}: does not validate: {refused}")
     if not result.ok:
         pytest.skip(f"{name}: does not validate: {[str(i) for i in result.errors]}")
-    translated = load_config(CORPUS / name, overrides)
+    translated = load_config(CORPUS / name, [*overrides, *extra])
     native = tmp_path / "native.yaml"
     # what the translation chose, not every default (a default written out reads as set)
     native.write_text(config_to_yaml(translated.model_dump(mode="json", exclude_unset=True)), encoding="utf-8")
@@ -175,3 +176,17 @@ def test_a_corpus_file_of_each_framework_runs_two_steps_on_cpu(name: str, tmp_pa
 def test_every_corpus_file_runs_two_steps_where_its_engines_exist(name: str, tmp_path: Path,
                                                                    tiny_models: dict[str, str]) -> None:
     smoke(name, tmp_path, tiny_models)
+
+
+JUDGE_SERVER = "roll/qwen2.5-7B-rlvr_megatron/rlvr_config_8gpus_llm_as_judge_server.yaml"
+CPU_SIZED = ("actor_train.strategy_args.strategy_name=torch_train", "~actor_train.strategy_args.strategy_config",
+             "reference.strategy_args.strategy_name=hf_infer", "~reference.strategy_args.strategy_config")
+
+
+def test_the_judge_server_file_runs_cpu_sized(tmp_path: Path, tiny_models: dict[str, str]) -> None:
+    """ROLL's cluster judge file trains on Megatron (preflight skips it here); with torch_train and an hf_infer
+    reference instead, its reward_model group (vLLM) judges both steps' samples for the llm_judge reward."""
+    smoke(JUDGE_SERVER, tmp_path, tiny_models, extra=CPU_SIZED)
+    phases = [e["data"]["message"] for e in events(tmp_path / "out", "status")]
+    assert "loading model: reward_model" in phases  # the judge group was built (before the reward that asks it)
+    assert phases.index("loading model: reward_model") < phases.index("loading model: reward")

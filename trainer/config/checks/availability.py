@@ -56,6 +56,11 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
             issues.append(ConfigIssue(f"rewards.{name}.strategy_args.strategy_name", f"an inference judge on "
                                       f"{judge_strategy} {NOT_BUILT}; valid: hf_infer, vllm (or judge_model_type: "
                                       "api with a vLLM OpenAI server)", kind="not_built"))
+    server = config.reward_model
+    if server is not None and strategy_name("reward_model", server) not in ("hf_infer", "vllm"):
+        issues.append(ConfigIssue("reward_model.strategy_args.strategy_name", f"a judge group on "
+                                  f"{strategy_name('reward_model', server)} {NOT_BUILT}; valid: hf_infer, vllm: override "
+                                  "reward_model.strategy_args.strategy_name=vllm", kind="not_built"))
     variant = config.actor_train.pg_variant
     if variant is not None and variant not in PG_VARIANTS_BUILT:
         issues.append(ConfigIssue("actor_train.pg_variant", f"{variant!r} {NOT_BUILT}; valid: "

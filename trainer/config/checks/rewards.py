@@ -11,7 +11,7 @@ from trainer.config.issues import ConfigIssue
 from trainer.config.outbound import OutboundRefused, precheck
 from trainer.config.registries import REWARD_TYPES, ROLL_REWARD_WORKERS, ROLL_UNSUPPORTED_REWARD_WORKERS
 from trainer.config.schema import PipelineConfig
-from trainer.config.topology import rollout_schedule
+from trainer.config.topology import cluster_judges, rollout_schedule
 
 
 def check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
@@ -55,7 +55,11 @@ def check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
         local = (reward.reward_type or from_cls) == "code_sandbox" and reward.use_local
         if local and (refusal := local_sandbox_refusal()):  # untrusted code runs under bubblewrap or not at all
             issues.append(error(f"{path}.use_local", refusal.removeprefix("use_local: ")))
+    if config.reward_model is not None and not cluster_judges(config):
+        issues.append(warning("reward_model", "has no effect: no llm_judge reward has judge_model_type: cluster, "
+                              "so the judge group is not built"))
     return issues
+
 
 
 JUDGE_API_FIELDS = ("judge_model_name", "judge_api_url", "judge_api_key")
@@ -91,12 +95,34 @@ def _judge_issues(config: PipelineConfig, path: str, reward: Any, is_judge: bool
                                              ("judge_model_name", "the model name each request sends"))
                    if not getattr(reward, name)]
         issues += _outbound_issues(path, "judge_api_url", reward.judge_api_url)
+    elif mode == "cluster":
+        issues += _cluster_judge_issues(config, path, reward)
     else:
         if not (reward.model_args.model_name_or_path or config.reward_pretrain):
             issues.append(error(f"{path}.model_args.model_name_or_path", "judge_model_type inference generates "
                                 "the judgment with this section's model: set its path (or reward_pretrain)"))
         issues += [warning(f"{path}.{name}", "has no effect: judge_model_type inference runs the section's own "
                            "model, not an API") for name in JUDGE_API_FIELDS if getattr(reward, name) is not None]
+    return issues
+
+
+def _cluster_judge_issues(config: PipelineConfig, path: str, reward: Any) -> list[ConfigIssue]:
+    """judge_model_type cluster needs the reward_model group; this section's own model and engine then do nothing
+    (ROLL's cluster judge is a client: only its prompt and generating_args travel with each request)."""
+    server = config.reward_model
+    if server is None:
+        return [error(f"{path}.judge_model_type", "cluster sends the judge prompts to the top-level reward_model "
+                      "worker group, which is not set: add reward_model (model_args, strategy_args, device_mapping), "
+                      f"or judge with this section's own model: override {path}.judge_model_type=inference")]
+    issues = [warning(f"{path}.{name}", "has no effect: judge_model_type cluster asks the reward_model group, not an "
+                      "API") for name in JUDGE_API_FIELDS if getattr(reward, name) is not None]
+    if reward.strategy_args is not None:
+        issues.append(warning(f"{path}.strategy_args", "has no effect: judge_model_type cluster generates on the "
+                              "reward_model group's engine (reward_model.strategy_args)"))
+    own = reward.model_args.model_name_or_path
+    if own is not None and own != server.model_args.model_name_or_path:
+        issues.append(warning(f"{path}.model_args.model_name_or_path", f"has no effect: judge_model_type cluster "
+                              f"judges with reward_model's model ({server.model_args.model_name_or_path})"))
     return issues
 
 

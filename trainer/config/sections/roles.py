@@ -249,11 +249,13 @@ class RewardWorkerConfig(WorkerConfig):
         description="llm_judge: the judge prompt by name (the question, the response and the reference answer filled "
         f"in): {', '.join(JUDGE_PROMPTS)}; unset uses score-0-10, as ROLL uses its 0-10 prompt.",
     )
-    judge_model_type: Literal["api", "inference"] | None = fld(
+    judge_model_type: Literal["api", "inference", "cluster"] | None = fld(
         None, category="Reward processing",
         description="llm_judge: api calls an OpenAI-compatible judge_api_url (POST …/chat/completions); inference "
         "generates the judgment with this reward section's own model (model_args, generating_args) on its "
-        "strategy: hf_infer, or vllm with its strategy_config.",
+        "strategy: hf_infer, or vllm with its strategy_config; cluster sends the judge prompts to the top-level "
+        "reward_model worker group (its model, template and engine; this section's generating_args, else the "
+        "reward_model's, decode).",
     )
     judge_model_name: str | None = fld(None, category="Reward processing",
                                        description="llm_judge (api): the model name sent with each judge request.")
@@ -313,4 +315,10 @@ class WorkerRoles(Section):
     )
     validation: WorkerConfig | None = fld(
         None, category="Workers", description="Evaluation data and sampling settings."
+    )
+    reward_model: WorkerConfig | None = fld(
+        None, category="Workers",
+        description="ROLL's shared judge model: its own worker group (model_args, data_args.template, strategy_args "
+        "hf_infer or vllm, generating_args, device_mapping) that every llm_judge reward with judge_model_type: "
+        "cluster sends its judge prompts to; the path defaults to reward_pretrain.",
     )

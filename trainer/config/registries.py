@@ -21,8 +21,11 @@ REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_mod
 JUDGE_PROMPTS: tuple[str, ...] = ("score-0-10", "Qwen2.5-7B-Instruct-RLVR-prompt")
 
 # Prompt templates (trainer.data.datasets.render_prompt): the tokenizer's own chat template under
-# ROLL's names for it, or the raw prompt text.
-CHAT_TEMPLATES: tuple[str, ...] = ("native", "chatml", "qwen2", "qwen2_5", "qwen3")
+# ROLL's names for it, or the raw prompt text. qwen3_coder (ROLL's agentic SWE examples, with Qwen3-Coder or
+# Qwen3.5 models): ROLL's env managers render every turn with the tokenizer's own chat template and never look the
+# name up, so it names the tokenizer's template here too (Qwen3-Coder's: ChatML turns, no default system prompt
+# without tools, no <think> handling, tool calls as <tool_call><function=NAME><parameter=KEY>… XML).
+CHAT_TEMPLATES: tuple[str, ...] = ("native", "chatml", "qwen2", "qwen2_5", "qwen3", "qwen3_coder")
 RAW_TEMPLATES: tuple[str, ...] = ("none", "raw")
 
 # Code-generated verifiable tasks (trainer.data.synthetic.TASKS has the same keys).

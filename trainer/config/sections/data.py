@@ -87,8 +87,8 @@ def known_template(name: str | None) -> str | None:
 class DataArgs(Section):
     template: str = fld(
         "native", category="Data",
-        description="Chat template used to build prompts; native (or ROLL's chatml, qwen2, qwen2_5, qwen3) uses "
-        "the tokenizer's own chat template, none (or raw) feeds the raw prompt text.",
+        description="Chat template used to build prompts; native (or ROLL's chatml, qwen2, qwen2_5, qwen3, "
+        "qwen3_coder) uses the tokenizer's own chat template, none (or raw) feeds the raw prompt text.",
     )
 
     file_name: str | list[str] | None = fld(

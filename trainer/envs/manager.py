@@ -151,7 +151,7 @@ class EnvManager:
 
     def episodes(self, step: int | None) -> list[Episode]:
         """The batch's episodes in (round, env_id) order; step None: evaluation's fixed start states."""
-        out = []
+        out: list[Episode] = []
         for e in range(self.rounds):
             for env_id in range(self.env_groups * self.group_size):
                 if len(out) == self.batch_size:
@@ -167,6 +167,13 @@ class EnvManager:
         episodes = self.episodes(step)
         self.position += len(episodes)
         return episodes
+
+    def next_batch(self) -> list[int]:
+        """The stream positions of the next training batch (the async producer's sampler interface: batch j's
+        episodes are `episodes(j)`, whatever the position); advances `position`."""
+        drawn = list(range(self.position, self.position + len(self.episodes(0))))
+        self.position += len(drawn)
+        return drawn
 
     def layout(self) -> dict[str, Any]:
         return {"name": self.name, "tags": self.tags, "group_size": self.group_size,

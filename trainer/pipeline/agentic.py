@@ -13,14 +13,18 @@ prompt holding a short text history (`history_length`) and train one row per rep
 
 The run loop, checkpoints (plus the env layout and position), resume, weight sync, the ledger and
 telemetry are RLVRPipeline's. Environments run in the driver process, like rule rewards: they are
-cheap pure Python. Only rollout_mode sync is supported (validation refuses the others).
+cheap pure Python. rollout_mode one_step_off (ROLL: async_generation_ratio 1) is RLVRPipeline's too
+(trainer.pipeline.async_rollout): the producer thread plays batch j+1's episodes with policy j while
+step j trains; each trained row's staleness (≤ 1) reaches the learner and the ledger. rollout_mode
+async (ratio ≥ 2) is refused by validation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +35,7 @@ from trainer.algorithms import step_advantages as step_algos
 from trainer.algorithms.trajectory_norm import normalization_groups, normalize_scores
 from trainer.config import topology
 from trainer.envs.manager import EnvManager, Episode, derive_seed
+from trainer.pipeline.async_rollout import Rollout
 from trainer.pipeline.health import SampleFacts
 from trainer.pipeline.learner import RolloutBatch
 from trainer.pipeline.metrics import data_metrics
@@ -69,8 +74,31 @@ def build_env_managers(cfg: PipelineConfig) -> tuple[EnvManager, EnvManager | No
     return train, val
 
 
+@dataclasses.dataclass
+class AgenticRollout(Rollout):
+    """One played batch: its trajectories, every one played by the weights of policy `version` (the
+    RLVR fields gens/responses/scores stay empty; prompt_indices are the env stream positions drawn)."""
+
+    trajectories: list[Trajectory] = dataclasses.field(default_factory=list)
+
+    @property
+    def samples(self) -> int:
+        return len(self.trajectories)
+
+    def to_state(self) -> dict[str, Any]:
+        return {**super().to_state(), "trajectories": [t.to_state() for t in self.trajectories]}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> AgenticRollout:
+        base = Rollout.from_state(state)
+        return cls(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Rollout)},
+                   trajectories=[Trajectory.from_state(t) for t in state["trajectories"]])
+
+
 class AgenticPipeline(RLVRPipeline):
     """The RLVR pipeline with environments in place of prompts (module docstring)."""
+
+    rollout_type = AgenticRollout
 
     def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: roles.RoleGroups, tokenizer: Any,
                  train_envs: EnvManager, val_envs: EnvManager | None,
@@ -103,18 +131,26 @@ class AgenticPipeline(RLVRPipeline):
         return play(self.setup, envs, episodes, params, lambda turn, budget: derive_seed(seed, turn, budget))
 
     # -- one step -------------------------------------------------------------------------------
-    def train_step(self, step: int) -> dict[str, float]:
-        cfg, timer = self.cfg, Timer(self.watch)
+    # train_step (sync) and async_step (one_step_off) are RLVRPipeline's: batch j's episodes are played by
+    # `collect` (in the producer thread when rollout_mode is one_step_off), trained by `learn`.
+    def collect(self, batch_id: int, prompt_indices: list[int], version: int) -> Rollout:
+        """Play batch `batch_id`'s episodes with the engine's weights (policy `version`), seeded by the batch."""
+        cfg = self.cfg
+        started = time.perf_counter()
+        params = sampling_params(cfg, cfg.actor_infer, n=1, seed=0)  # each turn's call has its own seed
+        with self.watch("generate"):
+            trajectories = self.play_episodes(self.train_envs, self.train_envs.episodes(batch_id), params,
+                                              seed=sampling_seed(cfg, cfg.actor_infer) * 1_000_003 + batch_id)
+        return AgenticRollout(batch_id, list(prompt_indices), version, [], [], torch.zeros(0),
+                              generate_s=time.perf_counter() - started, trajectories=trajectories)
+
+    def learn(self, step: int, rollout: Rollout, timer: Timer) -> dict[str, float]:
+        """The played batch's trajectories through the learner; each row's staleness is the versions between the
+        policy that played it and this update (one_step_off: at most 1)."""
+        assert isinstance(rollout, AgenticRollout)
+        cfg, trajectories = self.cfg, rollout.trajectories
         metrics: dict[str, float] = {}
-        before = self.train_envs.position
-        episodes = self.train_envs.draw(step)
-        self.ledger.record("draw", batch=step, prompts=list(range(before, self.train_envs.position)),
-                           **{"from": before, "to": self.train_envs.position})
-        with timer("generate"):
-            params = sampling_params(cfg, cfg.actor_infer, n=1, seed=0)  # each turn's call has its own seed
-            trajectories = self.play_episodes(self.train_envs, episodes, params,
-                                              seed=sampling_seed(cfg, cfg.actor_infer) * 1_000_003 + step)
-        self.ledger.record("generate", batch=step, version=step - 1, samples=len(trajectories))
+        timer.values["timing/generate"] = rollout.generate_s
         raw = torch.tensor([t.score for t in trajectories])
         state_ids = torch.tensor([t.episode.state_id for t in trajectories])
         tag_ids = torch.tensor([self.tag_ids[t.episode.tag] for t in trajectories])
@@ -154,27 +190,25 @@ class AgenticPipeline(RLVRPipeline):
             self.step_samples = [SampleFacts(t.episode.state_id, t.episode.sample_index,
                                              "length" if t.done_reason == "max_length" else t.done_reason or "", ())
                                  for t in trajectories]
+        staleness = torch.full((len(owner),), step - 1 - rollout.version, dtype=torch.long)
         result = self.learner.learn(step, RolloutBatch(batch, row_scores, groups_of_rows, engine_log_probs,
-                                                       staleness=torch.zeros(len(owner), dtype=torch.long),
+                                                       staleness=staleness,
                                                        turn_ids=turn_ids, turn_scores=turn_scores), timer)
         metrics.update(result.metrics)
-        if step > cfg.critic_warmup:
-            with timer("weight_sync"):
-                self.sync_weights()
         metrics.update(data_metrics(
             scores=raw[owner], token_rewards=result.token_rewards, advantages=result.advantages, response_mask=mask,
             prompt_lengths=prompt_lengths, max_prompt_length=self.setup.prompt_length, truncated=truncated,
             values=result.values, returns=result.returns,
         ))
         metrics.update(env_metrics(trajectories, "env"))
-        metrics.update(timer.values)
         if self.train_envs.step_wise:
             metrics["env/step_rows"] = float(len(owner))
-            self.emit_steps(step, trajectories, rows, result.advantages)
+            self.emit_steps(step, trajectories, rows, result.advantages, rollout.version)
         else:
-            self.emit_trajectories(step, trajectories, result.advantages, self.trainer_log_probs(result.old_log_probs))
-        self.ledger.record("train", batch=step, step=step, version=step - 1, staleness=0,
-                           samples=len(owner))
+            self.emit_trajectories(step, trajectories, result.advantages, self.trainer_log_probs(result.old_log_probs),
+                                   rollout.version)
+        self.ledger.record("train", batch=rollout.batch_id, step=step, version=rollout.version,
+                           staleness=int(staleness.max()), samples=len(owner))
         return metrics
 
     def step_rows(self, trajectories: list[Trajectory]) -> list[tuple[int, int, int]]:
@@ -227,7 +261,7 @@ class AgenticPipeline(RLVRPipeline):
                                 cfg.episode_reward_weight, cfg.step_reward_weight).advantages
 
     def emit_steps(self, step: int, trajectories: list[Trajectory], rows: list[tuple[int, int, int]],
-                   advantages: torch.Tensor) -> None:
+                   advantages: torch.Tensor, version: int) -> None:
         """Step-wise batches: the first `logged_rollout_samples` trajectories as `rollouts` samples, each the
         prompt of its first turn and its replies one after another, with each reply's own advantages."""
         first_row = {(i, k): row for row, (_, i, k) in enumerate(rows)}
@@ -246,6 +280,7 @@ class AgenticPipeline(RLVRPipeline):
                 "token_logprobs": [round(x, 5) for s in t.steps for x in s.logprobs],
                 "token_advantages": token_advantages, "token_mask": [1] * len(tokens), "env_tag": t.episode.tag,
                 "success": t.success, "num_turns": t.replies, "done_reason": t.done_reason, "turns": t.turns,
+                "policy_version": version,
             })
         self.emitter.rollouts(samples, step=step)
 
@@ -273,7 +308,7 @@ class AgenticPipeline(RLVRPipeline):
 
     # -- telemetry ------------------------------------------------------------------------------
     def emit_trajectories(self, step: int, trajectories: list[Trajectory], advantages: torch.Tensor,
-                          trainer_log_probs: torch.Tensor | None) -> None:
+                          trainer_log_probs: torch.Tensor | None, version: int) -> None:
         """The first `logged_rollout_samples` trajectories (whole groups first) as `rollouts` samples, each
         with its turns and per-token arrays aligned with `tokens` (token_mask: 1 where the loss applies;
         token_logprobs the engine's, token_logprobs_trainer actor_train's where it computed them); their
@@ -301,6 +336,7 @@ class AgenticPipeline(RLVRPipeline):
                 "num_turns": t.replies,
                 "done_reason": t.done_reason,
                 "turns": t.turns,
+                "policy_version": version,  # the training steps behind the weights that played it
             }
             if trainer_log_probs is not None:
                 sample["token_logprobs_trainer"] = [round(x, 5) for x in trainer_log_probs[row, : len(t.response_ids)].tolist()]

@@ -52,6 +52,11 @@ class Rollout:
     generate_s: float = 0.0
     reward_s: float = 0.0
 
+    @property
+    def samples(self) -> int:
+        """The batch's training samples (the agentic pipeline's are trajectories, not generations)."""
+        return len(self.gens)
+
     def to_state(self) -> dict[str, Any]:
         return {"batch": self.batch_id, "prompts": self.prompt_indices, "version": self.version,
                 "gens": [asdict(g) for g in self.gens], "responses": self.responses,
@@ -192,7 +197,7 @@ class RolloutProducer:
                 with self.cond:
                     self.in_flight = None
                     self.buffer[job.batch_id] = rollout
-                    self.ledger.record("generate", batch=job.batch_id, version=version, samples=len(rollout.gens))
+                    self.ledger.record("generate", batch=job.batch_id, version=version, samples=rollout.samples)
                     self.cond.notify_all()
         except BaseException as error:  # surfaces in the trainer's take()
             with self.cond:

@@ -153,6 +153,8 @@ def push_weights_in_process(train: Group[roles.Actor], infer: Group[roles.Rollou
 class RLVRPipeline:
     """Owns the worker groups, the data sampler, the learner (trainer.pipeline.learner) and the step counter."""
 
+    rollout_type: type[Rollout] = Rollout  # what `collect` returns; a checkpoint's buffer is read back as it
+
     def __init__(self, cfg: PipelineConfig, emitter: Any, *, groups: roles.RoleGroups, tokenizer: Any,
                  train_prompts: list[dict], eval_prompts: Sequence[Any], sampler: Any,
                  log: Callable[[str], None] = print) -> None:
@@ -366,12 +368,12 @@ class RLVRPipeline:
                 return held
             if isinstance(held, Rollout):
                 self.ledger.record("drop", batch=step, step=step, staleness=step - 1 - held.version,
-                                   samples=len(held.gens))
+                                   samples=held.samples)
             job = PendingBatch(held.batch_id, held.prompt_indices)
         else:
             job = draw_batch(self.sampler, step, self.ledger)
         rollout = self.collect(job.batch_id, job.prompt_indices, version=step - 1)
-        self.ledger.record("generate", batch=step, version=step - 1, samples=len(rollout.gens))
+        self.ledger.record("generate", batch=step, version=step - 1, samples=rollout.samples)
         if self.cfg.is_use_additional_prompts:
             rollout, self.refill_metrics = dynamic_sampling.refill(
                 self.cfg, rollout, records=self.train_prompts, sampler=self.sampler, ledger=self.ledger,
@@ -406,8 +408,8 @@ class RLVRPipeline:
             staleness = step - 1 - rollout.version
             if staleness <= self.schedule.max_staleness or self.cfg.stale_samples == "downweight":
                 return rollout, waited, dropped
-            self.ledger.record("drop", batch=step, step=step, staleness=staleness, samples=len(rollout.gens))
-            dropped += len(rollout.gens)
+            self.ledger.record("drop", batch=step, step=step, staleness=staleness, samples=rollout.samples)
+            dropped += rollout.samples
             self.producer.requeue(rollout)
 
     def learn(self, step: int, rollout: Rollout, timer: Timer) -> dict[str, float]:
@@ -604,7 +606,7 @@ class RLVRPipeline:
         buffer_file = path / ROLLOUT_BUFFER_FILE
         held = {"next_batch": rollout.get("next_batch", self.step + 1), "ledger_lines": rollout.get("ledger_lines"),
                 "ledger_path": rollout.get("ledger_path"),
-                "buffer": [Rollout.from_state(r) for r in json.loads(buffer_file.read_text())]
+                "buffer": [self.rollout_type.from_state(r) for r in json.loads(buffer_file.read_text())]
                 if buffer_file.exists() else [],
                 "pending": [PendingBatch(**p) for p in rollout.get("pending", [])]}
         report = resume_report.ResumeReport(asked=asked, checkpoint=str(path), step=self.step)

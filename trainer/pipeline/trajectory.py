@@ -241,6 +241,15 @@ class Trajectory:
         """What the engine continues: the turn's own prompt (step-wise), else the whole conversation so far."""
         return self.prompt_ids if self.history_length is not None else self.prompt_ids + self.response_ids
 
+    def to_state(self) -> dict[str, Any]:
+        """JSON-ready (a checkpoint's played, not yet trained batch)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Trajectory:
+        return cls(**{**state, "episode": Episode(**state["episode"]), "limits": TurnLimits(**state["limits"]),
+                      "steps": [Step(**step) for step in state["steps"]]})
+
     def finish(self, reason: str, success: bool = False) -> None:
         if reason not in DONE_REASONS:
             raise ValueError(f"done reason {reason!r}; valid: {', '.join(DONE_REASONS)}")

@@ -78,7 +78,7 @@ def test_a_coherent_agentic_config_needs_no_data_and_no_reward() -> None:
             "custom_envs.Lake.max_tokens_per_step",
             ["65 tokens per turn exceed response_length = 64"],
         ),
-        ({"async_generation_ratio": 1}, "rollout_mode", ["one_step_off", "sync only"]),
+        ({"async_generation_ratio": 2}, "rollout_mode", ["async (lookahead 2)", "override async_generation_ratio=1"]),
         ({"difficulty_loss_weight": True}, "difficulty_loss_weight", ["difficulty"]),
         (
             {"val_env_manager": {"env_groups": 2, "group_size": 4, "tags": ["Lake"]}, "val_batch_size": 6},

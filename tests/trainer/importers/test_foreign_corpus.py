@@ -45,7 +45,7 @@ def sources() -> dict[str, dict[str, str]]:
 LAYER = re.compile(r"^roll/config/|/hybrid_engines/|/base_[^/]+\.yaml$")
 FILES = sorted(f for f in sources() if not LAYER.search(f))
 # What a refusal without an override may say: the file's recipe needs a part PolicyLab does not build.
-NOT_BUILT = ("not built", "not a registered environment", "runs rollout_mode sync only")
+NOT_BUILT = ("not built", "not a registered environment")
 
 
 def fmt_of(name: str) -> str:

@@ -162,9 +162,11 @@ def _agentic_mode_issues(config: PipelineConfig) -> list[ConfigIssue]:
         return [warning(path, "unused: only the agentic pipeline reads it (set train_env_manager)")
                 for path, value in unused if value is not None]
     issues = []
-    if rollout_schedule(config).mode != "sync":
-        issues.append(error("rollout_mode", f"{rollout_schedule(config).mode}: the agentic pipeline runs "
-                            "rollout_mode sync only (async_generation_ratio 0)"))
+    schedule = rollout_schedule(config)
+    if schedule.mode == "async":  # one_step_off is built (RLVRPipeline's producer plays the next batch)
+        issues.append(error("rollout_mode", f"async (lookahead {schedule.lookahead}): the agentic pipeline builds "
+                            "rollout_mode sync and one_step_off only (async_generation_ratio 0 or 1); "
+                            "override async_generation_ratio=1"))
     if config.difficulty_loss_weight:
         issues.append(error("difficulty_loss_weight", "needs a `difficulty` per prompt; agentic runs have none"))
     if config.num_return_sequences_in_group != 1:

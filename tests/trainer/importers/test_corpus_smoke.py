@@ -190,3 +190,18 @@ def test_the_judge_server_file_runs_cpu_sized(tmp_path: Path, tiny_models: dict[
     phases = [e["data"]["message"] for e in events(tmp_path / "out", "status")]
     assert "loading model: reward_model" in phases  # the judge group was built (before the reward that asks it)
     assert phases.index("loading model: reward_model") < phases.index("loading model: reward")
+
+
+AGENTIC_ASYNC = "roll/qwen2.5-0.5B-agentic/agent_val_frozen_lake_async.yaml"
+
+
+def test_the_agentic_one_step_off_file_runs_cpu_sized(tmp_path: Path, tiny_models: dict[str, str]) -> None:
+    """ROLL's async FrozenLake file (async_generation_ratio 1) trains on Megatron (preflight skips it here); with
+    torch_train and an hf_infer reference instead, both steps train trajectories played one step off, by vLLM."""
+    from trainer.pipeline.ledger import read_ledger
+
+    smoke(AGENTIC_ASYNC, tmp_path, tiny_models, extra=CPU_SIZED)
+    records = [r for r in read_ledger(tmp_path / "out" / "ledger.jsonl")[0] if r is not None]
+    assert records[0]["ev"] == "start" and records[0]["mode"] == "one_step_off"
+    trained = {r["step"]: r for r in records if r["ev"] == "train"}
+    assert trained[1]["staleness"] == 0 and all(r["staleness"] <= 1 for r in trained.values())

@@ -102,3 +102,11 @@ def test_roll_response_filter_and_reward_system_plugins_say_what_they_are() -> N
     assert "no effect" in warned["rewards.math.response_filter_config"]
     assert "not built yet" in warned["rewards.math.reward_manager_config"]
     assert "RemoteRewardSystemWorker" in warned["rewards.math.reward_manager_config"]
+
+
+def test_a_reward_world_size_says_it_has_no_effect() -> None:
+    """ROLL's rewards.<name>.world_size starts that many reward processes; here the driver scores every domain."""
+    assert issues({**API, "world_size": 1}) == []
+    [(path, severity, message)] = issues({**API, "world_size": 32})
+    assert (path, severity) == ("rewards.judge.world_size", "warning")
+    assert message.startswith("has no effect") and "32 worker processes" in message

@@ -51,6 +51,10 @@ def check_rewards(config: PipelineConfig) -> list[ConfigIssue]:
         if (reward.reward_type or from_cls) == "reward_model" and reward.model_args.model_name_or_path is None:
             issues.append(error(f"{path}.model_args.model_name_or_path", "a reward_model reward needs a model path"))
         issues += _judge_issues(config, path, reward, (reward.reward_type or from_cls) == "llm_judge")
+        if reward.world_size is not None and reward.world_size > 1:  # ROLL: that many reward worker processes
+            issues.append(warning(f"{path}.world_size", f"has no effect: reward domains are scored by one worker in "
+                                  f"the driver here, not {reward.world_size} worker processes (a throughput knob "
+                                  "in ROLL; the rewards are the same)"))
         issues += _outbound_issues(path, "code_url", reward.code_url)
         local = (reward.reward_type or from_cls) == "code_sandbox" and reward.use_local
         if local and (refusal := local_sandbox_refusal()):  # untrusted code runs under bubblewrap or not at all

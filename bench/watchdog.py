@@ -1,4 +1,4 @@
-"""What the driver's watchdog (trainer.pipeline.watchdog) costs a step of the GRPO demo, on CPU.
+"""What the driver's watchdog (trainer.pipeline.run.watchdog) costs a step of the GRPO demo, on CPU.
 
     python bench/watchdog.py [--steps 30] [--rounds 3]
 
@@ -32,9 +32,9 @@ def demo_steps(steps: int, watched: bool, seed: int) -> float:
     import torch
 
     from trainer.config import load_config
+    from trainer.pipeline.run.telemetry import open_emitter
+    from trainer.pipeline.run.watchdog import start_watchdog
     from trainer.pipeline.runner import RunIdentity, StartupPhases, _shutdown, prepare_pipeline
-    from trainer.pipeline.telemetry import open_emitter
-    from trainer.pipeline.watchdog import start_watchdog
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as out:
@@ -60,7 +60,7 @@ def demo_steps(steps: int, watched: bool, seed: int) -> float:
 
 def direct_cost() -> tuple[float, float]:
     """Seconds of one phase scope (enter + exit) and of one check with one phase running."""
-    from trainer.pipeline.watchdog import Bounds, Watchdog
+    from trainer.pipeline.run.watchdog import Bounds, Watchdog
 
     dog = Watchdog(Bounds(), report=lambda stall: None, recovered=lambda phase, s: None, waiting=list)
     n = 20_000

@@ -131,13 +131,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "        self.optimizer_steps = int(extra[\"optimizer_steps\"])\n", "",
            (MEGATRON,), "megatron_train's LR step count restarts from 0 on resume (issue 37)"),
     # --- the ledger ------------------------------------------------------------------------------
-    Mutant("ledger_snapshot_boundary", "trainer/pipeline/ledger.py",
+    Mutant("ledger_snapshot_boundary", "trainer/pipeline/run/ledger.py",
            "voided.update(range(0 if upto is None or upto > line else upto, line))",
            "voided.update(range(0 if upto is None or upto > line else upto + 1, line))",
            ("tests/trainer/pipeline/test_ledger.py",),
            "a record at the snapshot boundary is not rolled back: counted again (issue 37)"),
     # --- run supervision and confinement ---------------------------------------------------------
-    Mutant("watchdog_mean", "trainer/pipeline/watchdog.py", "bounds.factor * statistics.median(recent)",
+    Mutant("watchdog_mean", "trainer/pipeline/run/watchdog.py", "bounds.factor * statistics.median(recent)",
            "bounds.factor * statistics.mean(recent)", ("tests/trainer/pipeline/test_watchdog.py",),
            "the watchdog's bound follows the mean: one slow outlier ([1, 1, 1, 50] s) stretches 10 s to 132.5 s "
            "(issue 45)"),

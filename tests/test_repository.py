@@ -189,6 +189,39 @@ def test_the_config_order_check_catches_a_back_arrow_a_section_reaching_up_and_a
     ]
 
 
+# docs/architecture.md, decision 0057: trainer/pipeline/run/ is the run infrastructure around the loops (ledger,
+# resume report, watchdog, health, telemetry, profiling, tiny models). The loops and the runner import it; it
+# imports nothing else of trainer.pipeline (not rlvr, agentic, learner, the rollout producer or the runner).
+RUN_INFRASTRUCTURE = "trainer.pipeline.run"
+
+
+def run_infrastructure_violations(graph: dict[str, set[str]]) -> list[str]:
+    def inside(module: str) -> bool:
+        return module == RUN_INFRASTRUCTURE or module.startswith(RUN_INFRASTRUCTURE + ".")
+
+    return [f"{source} imports {target}: {RUN_INFRASTRUCTURE} never imports the loops"
+            for source, targets in sorted(graph.items()) if inside(source)
+            for target in sorted(targets)
+            if (target == "trainer.pipeline" or target.startswith("trainer.pipeline.")) and not inside(target)]
+
+
+def test_run_infrastructure_never_imports_the_loops() -> None:
+    graph = trainer_import_graph()
+    assert {f"{RUN_INFRASTRUCTURE}.{name}" for name in ("ledger", "watchdog", "health", "telemetry")} <= set(graph)
+    assert run_infrastructure_violations(graph) == []
+
+
+def test_the_run_infrastructure_check_catches_an_import_of_a_loop() -> None:
+    graph = {"trainer.pipeline.run.health": {"trainer.pipeline.rlvr", "trainer.pipeline.run.ledger",
+                                             "trainer.config.schema"},
+             "trainer.pipeline.run.ledger": {"trainer.pipeline.learner"},
+             "trainer.pipeline.rlvr": {"trainer.pipeline.run.ledger", "trainer.pipeline.learner"}}
+    assert run_infrastructure_violations(graph) == [
+        "trainer.pipeline.run.health imports trainer.pipeline.rlvr: trainer.pipeline.run never imports the loops",
+        "trainer.pipeline.run.ledger imports trainer.pipeline.learner: trainer.pipeline.run never imports the loops",
+    ]
+
+
 def test_the_loop_calls_roles_by_method_not_by_name() -> None:
     """Worker-group calls in the trainer name the role Protocol's method, which a reader can follow."""
     by_name = re.compile(r"\.call_(all|all_deferred|sharded|rank0)\(\s*[\"']")

@@ -224,7 +224,7 @@ def _report_config_failure(args: argparse.Namespace, message: str) -> None:
     """The refusal as the last line of stderr ("training refused: …", which the platform's supervisor
     shows as the run's reason), and, best effort, a `status: failed` event where the (unvalidated)
     config says the run lives."""
-    from trainer.pipeline.telemetry import open_emitter_at
+    from trainer.pipeline.run.telemetry import open_emitter_at
 
     print(f"training refused: {message}", file=sys.stderr, flush=True)
 
@@ -267,7 +267,7 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
 
 def run_ledger(run_dir: str, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Print the accounting of RUN_DIR/ledger.jsonl (or of that file); 1 when a prompt was lost or duplicated."""
-    from trainer.pipeline.ledger import LEDGER_FILE, account, format_accounting, read_ledger
+    from trainer.pipeline.run.ledger import LEDGER_FILE, account, format_accounting, read_ledger
 
     out = out or sys.stdout
     err = err or sys.stderr

@@ -17,7 +17,7 @@ def test_an_alert_appears_live_and_links_the_inspector_at_its_step(page, web_use
 
     from policylab.experiments.models import RunAttempt, RunStatus
     from trainer.config.schema import HealthConfig
-    from trainer.pipeline.health import HealthMonitor, SampleFacts
+    from trainer.pipeline.run.health import HealthMonitor, SampleFacts
 
     run = make_run(web_user, "health", status=RunStatus.RUNNING)
     RunAttempt.objects.create(run=run, number=1, ray_job_id="job-health", status=RunStatus.RUNNING)
@@ -54,7 +54,7 @@ def test_an_alerts_link_opens_the_inspector_on_its_samples_highlighted_and_in_vi
 
     from policylab.experiments.models import RunAttempt, RunStatus
     from trainer.config.schema import HealthConfig
-    from trainer.pipeline.health import HealthMonitor, SampleFacts
+    from trainer.pipeline.run.health import HealthMonitor, SampleFacts
 
     run = make_run(web_user, "health-samples", status=RunStatus.RUNNING)
     RunAttempt.objects.create(run=run, number=1, ray_job_id="job-health-samples", status=RunStatus.RUNNING)

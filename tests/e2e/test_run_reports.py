@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 def test_resume_report_on_the_run_page_and_fingerprint_diff_in_compare(page, web_user, tracking_stack) -> None:
     from playwright.sync_api import expect
 
-    from trainer.pipeline.resume_report import ResumeReport
+    from trainer.pipeline.run.resume_report import ResumeReport
     from trainer.telemetry.fingerprint import data_source, fingerprint
 
     first, second = make_run(web_user, "baseline"), make_run(web_user, "new torch")

@@ -6,7 +6,7 @@ Layout (``checkpoint_config.output_dir``, by default ``<output_dir>/checkpoints`
         trainer_state.json           step, data-sampler position, KL controller, reward stats, and the
                                      rollout state: next batch id, prompts drawn but not generated
                                      (re-queued on resume), the ledger lines recorded so far; the
-                                     run-health monitor's state (trainer.pipeline.health)
+                                     run-health monitor's state (trainer.pipeline.run.health)
         rollout_buffer.json          batches generated ahead and not trained yet (async rollout)
         driver_rng.pt                the driver's python / numpy / torch RNG states
         actor_train/ critic/ ...     each role's own files (strategy state, one RNG file per rank)

@@ -36,7 +36,6 @@ from trainer.algorithms.trajectory_norm import normalization_groups, normalize_s
 from trainer.config import topology
 from trainer.envs.manager import EnvManager, Episode, derive_seed
 from trainer.pipeline.async_rollout import Rollout
-from trainer.pipeline.health import SampleFacts
 from trainer.pipeline.learner import RolloutBatch
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.rlvr import (
@@ -45,6 +44,7 @@ from trainer.pipeline.rlvr import (
     sampling_params,
     sampling_seed,
 )
+from trainer.pipeline.run.health import SampleFacts
 from trainer.pipeline.trajectory import (
     PlaySetup,
     Trajectory,

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trainer.pipeline.ledger import Ledger
+from trainer.pipeline.run.ledger import Ledger
 from trainer.rollout.base import Generation
 
 # vLLM's CPU worker replaces torch.set_num_threads with a no-op in its process (the local backend's

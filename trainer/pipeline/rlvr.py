@@ -35,20 +35,21 @@ from trainer.checkpoint import core as ckpt
 from trainer.config import topology
 from trainer.config.schema import VllmConfig
 from trainer.models.batch import build_batch
-from trainer.pipeline import dynamic_sampling, resume_report
+from trainer.pipeline import dynamic_sampling
 from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
-from trainer.pipeline.health import HealthMonitor, SampleFacts
 from trainer.pipeline.learner import Learner, RolloutBatch, recomputes_log_probs
-from trainer.pipeline.ledger import LEDGER_FILE, Ledger
 from trainer.pipeline.metrics import data_metrics
-from trainer.pipeline.models import policy_path
-from trainer.pipeline.profiling import StepProfiler
+from trainer.pipeline.run import resume_report
+from trainer.pipeline.run.health import HealthMonitor, SampleFacts
+from trainer.pipeline.run.ledger import LEDGER_FILE, Ledger
+from trainer.pipeline.run.models import policy_path
+from trainer.pipeline.run.profiling import StepProfiler
 from trainer.rollout.base import Generation, SamplingParams
 
 if TYPE_CHECKING:
     from trainer.cluster.worker_group import Group
     from trainer.config.schema import PipelineConfig
-    from trainer.pipeline.watchdog import Watchdog
+    from trainer.pipeline.run.watchdog import Watchdog
 
 
 ROLLOUT_BUFFER_FILE = "rollout_buffer.json"  # a checkpoint's generated, not yet trained batches
@@ -244,13 +245,13 @@ class RLVRPipeline:
         return self.history
 
     def check_health(self, metrics: dict[str, float]) -> None:
-        """The step's run-health alerts (trainer.pipeline.health) as `alert` events and log lines."""
+        """The step's run-health alerts (trainer.pipeline.run.health) as `alert` events and log lines."""
         for alert in self.health.check(self.step, metrics, self.step_samples):
             self.emitter.alert(alert.data(), step=self.step)
             self.log(f"health alert at step {self.step}: {alert.kind} ({alert.metric}): {alert.message}")
 
     def watch(self, phase: str) -> contextlib.AbstractContextManager[Any]:
-        """The watchdog's scope of `phase` (trainer.pipeline.watchdog), when the runner set one."""
+        """The watchdog's scope of `phase` (trainer.pipeline.run.watchdog), when the runner set one."""
         return self.watchdog.phase(phase) if self.watchdog is not None else contextlib.nullcontext()
 
     def find_resume(self) -> tuple[Path | None, str | None]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from trainer.config import topology
-from trainer.pipeline.models import materialise_tiny_models, policy_path
+from trainer.pipeline.run.models import materialise_tiny_models, policy_path
 
 if TYPE_CHECKING:
     from trainer.cluster.worker_group import Group
@@ -171,7 +171,7 @@ def is_cancel(exc: BaseException) -> bool:
 def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "ray",
                  log: Callable[[str], None] | None = None) -> int:
     """Run the whole training; returns the process exit code (0 ok, 1 failed)."""
-    from trainer.pipeline.telemetry import open_emitter
+    from trainer.pipeline.run.telemetry import open_emitter
 
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     emitter = open_emitter(cfg, identity)
@@ -187,7 +187,7 @@ def run_training(cfg: PipelineConfig, identity: RunIdentity, *, backend: str = "
 
 def _train(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Callable[[str], None],
            groups: RoleGroups) -> int:
-    from trainer.pipeline.watchdog import stalled_in, start_watchdog
+    from trainer.pipeline.run.watchdog import stalled_in, start_watchdog
 
     try:
         emitter.status("starting", step=0, total_steps=cfg.max_steps, message="loading tokenizer and data")

@@ -24,7 +24,7 @@ STALL_STATES: tuple[str, ...] = ("stalled", "recovered")
 # a profile file (trainer.roles.profiling): a torch.profiler timeline, or a memory profile (CUDA: a snapshot)
 PROFILE_KINDS: tuple[str, ...] = ("timeline", "memory")
 PROFILE_FORMATS: tuple[str, ...] = ("chrome_trace_gz", "cuda_memory_snapshot")
-# a run-health alert (trainer.pipeline.health; docs/decisions/0050-run-health-alerts.md)
+# a run-health alert (trainer.pipeline.run.health; docs/decisions/0050-run-health-alerts.md)
 ALERT_KINDS: tuple[str, ...] = ("nan", "entropy_collapse", "length_cap", "repetition", "format_collapse",
                                 "reward_up_eval_down", "kl_blowup", "grad_spike", "zero_variance", "logprob_mismatch")
 RUN_STATES: tuple[str, ...] = ("starting", "running", "succeeded", "failed", "cancelled")
@@ -120,7 +120,7 @@ class FingerprintData(TypedDict):
 
 
 class StallData(TypedDict):
-    """The driver's watchdog (trainer.pipeline.watchdog): a phase past its bound (`stalled`, with the
+    """The driver's watchdog (trainer.pipeline.run.watchdog): a phase past its bound (`stalled`, with the
     ranks not answering and the stacks), or a stalled phase that ended after all (`recovered`)."""
 
     state: str  # STALL_STATES
@@ -153,7 +153,7 @@ class AlertSample(TypedDict):
 
 
 class AlertData(TypedDict):
-    """A run-health check that tripped at the event's step (trainer.pipeline.health): which kind, on which
+    """A run-health check that tripped at the event's step (trainer.pipeline.run.health): which kind, on which
     metric, its value (null when NaN/inf) against which threshold, and the step's samples that tripped it
     (those of a sample check; the inspector shows them by step, group and index)."""
 
@@ -166,7 +166,7 @@ class AlertData(TypedDict):
 
 
 class ResumeData(TypedDict):
-    """What a resumed attempt restored (trainer.pipeline.resume_report): `ok` false names, in `problems`,
+    """What a resumed attempt restored (trainer.pipeline.run.resume_report): `ok` false names, in `problems`,
     what does not add up; the attempt then fails instead of training on."""
 
     ok: bool

@@ -194,7 +194,7 @@ class AttemptRecord(models.Model):
 
 
 class RunStall(models.Model):
-    """A phase of a step past its watchdog bound (the trainer's `stall` events, trainer.pipeline.watchdog):
+    """A phase of a step past its watchdog bound (the trainer's `stall` events, trainer.pipeline.run.watchdog):
     which phase, how long against which bound, the worker ranks that had not answered, the stacks, and, when
     the phase ended after all, after how long. One row per `stalled` event (its seq); replays change nothing."""
 
@@ -251,7 +251,7 @@ class RunProfile(models.Model):
 
 
 class RunAlert(models.Model):
-    """A run-health check that tripped (the trainer's `alert` events, trainer.pipeline.health; decision 0050): at
+    """A run-health check that tripped (the trainer's `alert` events, trainer.pipeline.run.health; decision 0050): at
     which step, of which kind, on which metric, its value against which threshold, and the step's samples that
     tripped it ([{"group_id", "sample_index"}], for the inspector). One row per event (its seq); replays change
     nothing."""

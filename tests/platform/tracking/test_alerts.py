@@ -14,7 +14,7 @@ from policylab.tracking.ingest import ingest_events, live_event
 from policylab.tracking.models import RunAlert
 from tests.platform.tracking.conftest import event
 from trainer.config.schema import HealthConfig
-from trainer.pipeline.health import HealthMonitor, SampleFacts
+from trainer.pipeline.run.health import HealthMonitor, SampleFacts
 from trainer.telemetry import events as ev
 
 pytestmark = pytest.mark.django_db

@@ -23,7 +23,7 @@ STRATEGIES = {
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory: pytest.TempPathFactory):
     from tests.trainer.pipeline.conftest import load_cfg
-    from trainer.pipeline.models import materialise_tiny_models
+    from trainer.pipeline.run.models import materialise_tiny_models
 
     return materialise_tiny_models(load_cfg(tmp_path_factory.mktemp("reference")))
 

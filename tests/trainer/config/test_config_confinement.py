@@ -227,7 +227,7 @@ def test_a_tiny_reference_names_models_only() -> None:
 def test_the_trainer_never_opens_another_runs_model_through_tiny(tmp_path: Path) -> None:
     """A worker memory-mapped run-3's model: materialise_tiny_models joined the name to output_dir/models and
     reused any folder holding a config.json. It refuses the name now, before anything is read or built."""
-    from trainer.pipeline.models import materialise_tiny_models
+    from trainer.pipeline.run.models import materialise_tiny_models
 
     other = tmp_path / "run-3" / "models" / "tiny-seed0"
     other.mkdir(parents=True)

@@ -198,7 +198,7 @@ AGENTIC_ASYNC = "roll/qwen2.5-0.5B-agentic/agent_val_frozen_lake_async.yaml"
 def test_the_agentic_one_step_off_file_runs_cpu_sized(tmp_path: Path, tiny_models: dict[str, str]) -> None:
     """ROLL's async FrozenLake file (async_generation_ratio 1) trains on Megatron (preflight skips it here); with
     torch_train and an hf_infer reference instead, both steps train trajectories played one step off, by vLLM."""
-    from trainer.pipeline.ledger import read_ledger
+    from trainer.pipeline.run.ledger import read_ledger
 
     smoke(AGENTIC_ASYNC, tmp_path, tiny_models, extra=CPU_SIZED)
     records = [r for r in read_ledger(tmp_path / "out" / "ledger.jsonl")[0] if r is not None]

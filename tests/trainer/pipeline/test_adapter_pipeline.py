@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from tests.trainer.pipeline.conftest import load_cfg, run_local
 from trainer.models.batch import build_batch, response_logprobs
-from trainer.pipeline.models import materialise_tiny_models
+from trainer.pipeline.run.models import materialise_tiny_models
 from trainer.pipeline.runner import build_groups
 
 LORA = ("actor_train.model_args.lora_target=q_proj,v_proj", "actor_train.model_args.lora_rank=4",

@@ -16,7 +16,7 @@ from tests.trainer.pipeline.conftest import events, metrics_by_step, run_local
 from tests.trainer.pipeline.test_agentic_pipeline import SMALL, load
 from trainer.envs.manager import Episode, TurnLimits
 from trainer.pipeline.agentic import AgenticRollout
-from trainer.pipeline.ledger import account, read_ledger
+from trainer.pipeline.run.ledger import account, read_ledger
 from trainer.pipeline.trajectory import Step, Trajectory
 
 # actor_infer on its own device: playing batch j+1 overlaps training step j (a shared device takes turns)

@@ -19,8 +19,8 @@ import torch
 from tests.trainer.pipeline.conftest import DEMO_GRPO, events, load_cfg, metrics_by_step, run_local
 from trainer.data.sampler import PromptSampler
 from trainer.pipeline.async_rollout import Rollout, RolloutProducer
-from trainer.pipeline.ledger import Ledger, account, read_ledger
 from trainer.pipeline.rlvr import RLVRPipeline
+from trainer.pipeline.run.ledger import Ledger, account, read_ledger
 from trainer.roles.actor import ActorTrainWorker
 
 SPLIT = "actor_infer.device_mapping=[1]"  # actor_infer on its own device: the roles may overlap

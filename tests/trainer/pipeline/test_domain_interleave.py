@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from tests.trainer.pipeline.conftest import events, load_cfg, run_local
-from trainer.pipeline.ledger import LEDGER_FILE, read_ledger
+from trainer.pipeline.run.ledger import LEDGER_FILE, read_ledger
 
 WORDS = ["".join(w) for w in itertools.product("abcde", repeat=3)][:16]
 # copy rows (source s1): difficulty 0, 0.25, 0.5, 0.75, …; the filter [0.2, 0.6] keeps 0.25 and 0.5 (8 of 16).

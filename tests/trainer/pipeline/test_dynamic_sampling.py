@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.trainer.pipeline.conftest import events, load_cfg, metrics_by_step, run_local
-from trainer.pipeline.ledger import LEDGER_FILE, account, read_ledger
+from trainer.pipeline.run.ledger import LEDGER_FILE, account, read_ledger
 
 # 2 samples per prompt: groups of equal rewards are frequent on the copy task's partial-credit reward
 SMALL_GROUPS = ("num_return_sequences_in_group=2", "actor_train.training_args.gradient_accumulation_steps=2",

@@ -6,7 +6,7 @@ import torch
 
 from trainer.pipeline.async_rollout import Rollout
 from trainer.pipeline.dynamic_sampling import fill_batch
-from trainer.pipeline.ledger import account
+from trainer.pipeline.run.ledger import account
 from trainer.rollout.base import Generation
 
 

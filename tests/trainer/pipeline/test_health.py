@@ -1,4 +1,4 @@
-"""Run-health checks (trainer.pipeline.health): per alert kind, hand values that trip it and values that do not;
+"""Run-health checks (trainer.pipeline.run.health): per alert kind, hand values that trip it and values that do not;
 the monitor fires once per episode and honours the per-kind off switch."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 
 from trainer.config.schema import HealthConfig
-from trainer.pipeline import health
-from trainer.pipeline.health import HealthMonitor, SampleFacts
+from trainer.pipeline.run import health
+from trainer.pipeline.run.health import HealthMonitor, SampleFacts
 from trainer.telemetry import events as ev
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.trainer.pipeline.conftest import DEMO_GRPO, REPO_ROOT, cli
 from trainer.cli import run_ledger
-from trainer.pipeline.ledger import Ledger, account, read_ledger
+from trainer.pipeline.run.ledger import Ledger, account, read_ledger
 
 START = {"ev": "start", "mode": "async", "lookahead": 2, "max_staleness": 2, "stale_samples": "drop",
          "max_steps": 4, "position": 0}
@@ -214,10 +214,10 @@ def _effective(records: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
 def test_the_position_check_is_one_function() -> None:
     """position_gap is the ledger's only position comparison (replayed draws and extensions, resume records, the
     resume report): nothing recorded or the same position is no gap; ahead is lost, behind is duplicated."""
-    from trainer.pipeline.ledger import PositionGap, position_gap
+    from trainer.pipeline.run.ledger import PositionGap, position_gap
 
     assert position_gap(None, 5) is None and position_gap(4, 4) is None
     assert position_gap(4, 7) == PositionGap("lost", 4, 7) and position_gap(4, 7).prompts == 3
     assert position_gap(7, 4) == PositionGap("duplicated", 4, 7)
-    source = (REPO_ROOT / "trainer" / "pipeline" / "ledger.py").read_text()
+    source = (REPO_ROOT / "trainer" / "pipeline" / "run" / "ledger.py").read_text()
     assert source.count("start > self.position") == 0 and source.count("start < self.position") == 0

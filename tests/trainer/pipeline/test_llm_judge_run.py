@@ -102,7 +102,7 @@ def test_a_failing_judge_fails_the_run_naming_it(tmp_path: Path, server: JudgeSe
 
 
 def test_the_tracker_never_sees_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.pipeline import telemetry
+    from trainer.pipeline.run import telemetry
     from trainer.pipeline.runner import RunIdentity
 
     uploaded: dict[str, Any] = {}

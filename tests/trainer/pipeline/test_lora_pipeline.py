@@ -12,8 +12,8 @@ import torch
 from tests.trainer.pipeline.conftest import REPO_ROOT, load_cfg, metrics_by_step, run_local
 from trainer import roles
 from trainer.models import lora
-from trainer.pipeline.models import materialise_tiny_models
 from trainer.pipeline.rlvr import push_weights_in_process
+from trainer.pipeline.run.models import materialise_tiny_models
 from trainer.pipeline.runner import build_groups
 
 LORA = ("actor_train.model_args.lora_target=q_proj,v_proj", "actor_train.model_args.lora_rank=4",

@@ -1,4 +1,4 @@
-"""The resume report (trainer.pipeline.resume_report): a normal resume's numbers, and resumes that do not add
+"""The resume report (trainer.pipeline.run.resume_report): a normal resume's numbers, and resumes that do not add
 up (a tampered data position, a ledger that lost a prompt, a checkpoint not found) failing with the report
 naming what is wrong instead of training on."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.trainer.pipeline.conftest import events, load_cfg, run_local
-from trainer.pipeline.ledger import read_ledger
-from trainer.pipeline.resume_report import REPORTS_FILE, no_checkpoint
+from trainer.pipeline.run.ledger import read_ledger
+from trainer.pipeline.run.resume_report import REPORTS_FILE, no_checkpoint
 
 # conftest's FAST shape: 4 prompts x 4 samples a step; 16 samples in optimizer steps of 4 x 2 = 8 samples,
 # twice (ppo_epochs=2): 4 optimizer (and scheduler) steps per training step

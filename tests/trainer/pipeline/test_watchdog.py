@@ -1,4 +1,4 @@
-"""The driver's watchdog (trainer.pipeline.watchdog): bounds learned from the run's own phases, a stall
+"""The driver's watchdog (trainer.pipeline.run.watchdog): bounds learned from the run's own phases, a stall
 reported once with the ranks not answering and the stack of the stuck function, and on_stall acted on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.pipeline.conftest import events, load_cfg, run_local
-from trainer.pipeline.watchdog import Bounds, Stall, Waiting, Watchdog, phase_bound, waiting_calls
+from trainer.pipeline.run.watchdog import Bounds, Stall, Waiting, Watchdog, phase_bound, waiting_calls
 
 
 def test_the_bound_is_the_override_else_the_learned_median_else_the_first_bound() -> None:
@@ -180,7 +180,7 @@ def test_a_worker_stopped_with_sigstop_is_named_with_its_stack_and_the_restart_r
     import signal
     import threading
 
-    from trainer.pipeline.ledger import LEDGER_FILE, account, read_ledger
+    from trainer.pipeline.run.ledger import LEDGER_FILE, account, read_ledger
     from trainer.pipeline.runner import RunIdentity, run_training
 
     out = tmp_path / "run"
@@ -260,7 +260,7 @@ def test_sub_second_durations_are_shown_in_milliseconds() -> None:
 
 
 def test_the_stack_dump_opens_with_the_waiting_ranks_frames_not_rays_idle_threads() -> None:
-    from trainer.pipeline.watchdog import capture_stacks, waiting_first
+    from trainer.pipeline.run.watchdog import capture_stacks, waiting_first
 
     dump = ('Process 4242: ray::ActorWorker.generate\nPython v3.11.2 (/usr/bin/python3.11)\n\n'
             'Thread 4250 (idle): "ray_listen_error_messages"\n    wait (threading.py:320)\n'
@@ -283,7 +283,7 @@ def test_the_stack_dump_opens_with_the_waiting_ranks_frames_not_rays_idle_thread
 STUCK_CLOSE = """
 import sys, threading, time
 from types import SimpleNamespace
-import trainer.pipeline.watchdog as wd
+import trainer.pipeline.run.watchdog as wd
 
 wd.CLOSE_BEFORE_EXIT_S = 0.5
 held = threading.Lock()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.trainer.pipeline.conftest import load_cfg
-from trainer.pipeline.models import materialise_tiny_models
 from trainer.pipeline.rlvr import push_weights_in_process, weights_in_process
+from trainer.pipeline.run.models import materialise_tiny_models
 from trainer.pipeline.runner import build_groups
 
 

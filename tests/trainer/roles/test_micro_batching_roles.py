@@ -60,7 +60,7 @@ STRATEGY_ARGS = {
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     from tests.trainer.pipeline.conftest import load_cfg
-    from trainer.pipeline.models import materialise_tiny_models
+    from trainer.pipeline.run.models import materialise_tiny_models
 
     return str(materialise_tiny_models(load_cfg(tmp_path_factory.mktemp("tiny"))).pretrain)
 

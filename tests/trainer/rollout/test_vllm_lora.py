@@ -114,7 +114,7 @@ def test_a_new_adapter_version_arrives_as_its_tensors_alone(served: Any, base: P
 def test_a_run_starts_from_an_adapter_and_feeds_the_engine_adapters(tmp_path: Path) -> None:
     """vllm with enable_lora from a trained adapter: in float32 the engine's log-probs are the trainer's at the first
     step (the adapter served from its folder) and after each update (the trained adapter synced)."""
-    from trainer.pipeline.models import materialise_tiny_models
+    from trainer.pipeline.run.models import materialise_tiny_models
 
     built = materialise_tiny_models(load_cfg(tmp_path, source=DEMO_VLLM))
     peft_adapter(Path(built.pretrain), tmp_path / "start", seed=4)

@@ -14,7 +14,7 @@ WATCHED_PHASES = ("generate", "reward", "old_log_probs", "ref_log_probs", "value
 
 
 class WatchdogConfig(Section):
-    """PolicyLab's own: when a step's phase counts as stalled, and what then (trainer.pipeline.watchdog)."""
+    """PolicyLab's own: when a step's phase counts as stalled, and what then (trainer.pipeline.run.watchdog)."""
 
     factor: float = fld(10.0, category="Run supervision", gt=1,
                         description="A phase is stalled past factor × the median of its last durations.")
@@ -52,7 +52,7 @@ class WatchdogConfig(Section):
 
 
 class HealthConfig(Section):
-    """PolicyLab's own: the run-health alerts checked on every step (trainer.pipeline.health; the defaults'
+    """PolicyLab's own: the run-health alerts checked on every step (trainer.pipeline.run.health; the defaults'
     sources: docs/decisions/0050-run-health-alerts.md)."""
 
     enabled: bool = fld(True, category="Run supervision", description="Check every step for the signs of a "

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.pipeline.ledger import account, position_gap, read_ledger
+from trainer.pipeline.run.ledger import account, position_gap, read_ledger
 
 REPORTS_FILE = "resume_reports.jsonl"
 

@@ -37,7 +37,7 @@ from trainer.config.schema import VllmConfig
 from trainer.models.batch import build_batch
 from trainer.pipeline import dynamic_sampling
 from trainer.pipeline.async_rollout import PendingBatch, Rollout, RolloutProducer, draw_batch
-from trainer.pipeline.learner import Learner, RolloutBatch, recomputes_log_probs
+from trainer.pipeline.learner import Learner, LearnerSpec, RolloutBatch
 from trainer.pipeline.metrics import data_metrics
 from trainer.pipeline.run import resume_report
 from trainer.pipeline.run.health import HealthMonitor, SampleFacts
@@ -177,8 +177,9 @@ class RLVRPipeline:
         self.schedule = topology.rollout_schedule(cfg)
         # the update and its corrections (trainer.pipeline.learner); its state goes into the checkpoints
         actor_world = len(groups["actor_train"].call_all(roles.Role.ping))
-        self.learner = Learner(cfg, groups, schedule=self.schedule,
-                               recomputes=recomputes_log_probs(cfg, actor_world))
+        spec = LearnerSpec.from_config(cfg)  # the knobs the learner reads, and no others
+        steps = topology.train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout
+        self.learner = Learner(spec, groups, schedule=self.schedule, recomputes=spec.recomputes_log_probs(steps))
         self.ledger = Ledger(self.output_dir / LEDGER_FILE)
         self.producer: RolloutProducer | None = None  # one_step_off / async
         self.backlog: list[Rollout | PendingBatch] = []  # sync: batches an async checkpoint left drawn

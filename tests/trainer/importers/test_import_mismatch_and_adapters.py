@@ -20,7 +20,7 @@ from importer_testing import base, set_key
 from trainer.config import validate_config
 from trainer.config.importers import translate
 from trainer.config.preflight import check_adapters
-from trainer.pipeline.learner import correct_train_infer
+from trainer.pipeline.learner import LearnerSpec, correct_train_infer
 
 RC = "algorithm.rollout_correction"
 OPC = "trainer.algorithm.off_policy_correction"
@@ -44,7 +44,7 @@ def corrected(config: Any) -> tuple[list[list[int]], list[list[float]] | None]:
     """The pipeline's correction of LOG_RHO on a fresh batch: (kept tokens, weights or None)."""
     old, engine = LOG_RHO - 2.0, torch.full_like(LOG_RHO, -2.0)  # pi_old / mu = e^LOG_RHO
     batch = {"response_mask": MASK.clone(), "advantages": torch.ones(2, 3)}
-    out, _ = correct_train_infer(config, batch, MASK, old, engine, rows=torch.tensor([True, True]))
+    out, _ = correct_train_infer(LearnerSpec.from_config(config), batch, MASK, old, engine, rows=torch.tensor([True, True]))
     weights = out.get("train_infer_weights")
     return out["response_mask"].tolist(), None if weights is None else weights.tolist()
 

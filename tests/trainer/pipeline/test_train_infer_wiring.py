@@ -13,7 +13,7 @@ import torch
 
 from tests.trainer.pipeline.conftest import load_cfg, metrics_by_step, run_local
 from trainer.models.batch import build_batch, response_logits, token_logprobs
-from trainer.pipeline.learner import correct_train_infer
+from trainer.pipeline.learner import LearnerSpec, correct_train_infer
 from trainer.roles import actor as roles_actor
 from trainer.train.ppo_update import normalisers_of
 
@@ -84,7 +84,7 @@ def test_the_correction_touches_only_the_rows_it_is_given(tmp_path: Path) -> Non
     mask = torch.ones(2, 3, dtype=torch.long)
     old = torch.tensor([[0.0, 0.5, 0.0], [0.0, 0.5, 0.0]])  # token 1: ρ = e^0.5 ≈ 1.65 in both rows
     batch = {"response_mask": mask, "advantages": torch.ones(2, 3)}
-    out, metrics = correct_train_infer(cfg, batch, mask, old, torch.zeros(2, 3), rows=torch.tensor([True, False]))
+    out, metrics = correct_train_infer(LearnerSpec.from_config(cfg), batch, mask, old, torch.zeros(2, 3), rows=torch.tensor([True, False]))
     assert out["response_mask"].tolist() == [[1, 0, 1], [1, 1, 1]]
     assert out["train_infer_weights"].tolist() == [pytest.approx([1.0, 1.2, 1.0]), [1.0, 1.0, 1.0]]
     assert metrics["actor/train_infer_masked_fraction"] == pytest.approx(1 / 3)  # of the fresh row's tokens

@@ -177,6 +177,37 @@ def test_late_and_replayed_events_never_move_the_page_backwards(page, web_user, 
     assert seen[-1] == ["succeeded", 8], seen
 
 
+def test_a_checkpoint_saved_while_the_page_is_open_joins_the_table_and_retires_the_pruned_one(
+        page, web_user, tracking_stack) -> None:
+    """Issue 42: a live checkpoint frame is the API's dict of its row (selectors.checkpoint_dict); the page adds it
+    and takes the table from the API, which marks the checkpoint the save pruned (max_ckpts_to_keep=2)."""
+    from playwright.sync_api import expect
+
+    from policylab.experiments.models import RunStatus
+
+    run = make_run(web_user, {"exp_name": "live-ck", "max_steps": 12, "max_ckpts_to_keep": 2}, status=RunStatus.RUNNING)
+    emitter = emitter_for(run, tracking_stack, attempt=1)
+    folders = {step: run.run_dir / "checkpoints" / f"step_{step}" for step in (2, 4, 6)}
+    for step in (2, 4):
+        folders[step].mkdir(parents=True)
+        emitter.status("running", step, total_steps=12, eta_s=10.0)
+        emitter.checkpoint(step, str(folders[step]), 1024, ["model"])
+    ingested(run, emitter.seq)
+
+    sign_in(page, tracking_stack, web_user.user)
+    page.goto(f"{tracking_stack.url}/runs/{run.pk}/")
+    rows = page.locator("#checkpoints tbody tr")
+    expect(rows).to_have_count(2)
+    folders[6].mkdir(parents=True)
+    folders[2].rmdir()  # the trainer's retention, before it reports the save
+    emitter.status("running", 6, total_steps=12, eta_s=10.0)
+    emitter.checkpoint(6, str(folders[6]), 2048, ["model"])
+    emitter.close()
+    expect(rows).to_have_count(3)
+    expect(page.locator('#checkpoints tr[data-step="6"] .checkpoint-state')).to_have_text("on disk")
+    expect(page.locator('#checkpoints tr[data-step="2"] .checkpoint-state')).to_have_text("deleted by retention")
+
+
 def test_a_checkpoint_pruned_by_retention_is_shown_deleted_and_not_resumable(page, web_user, tracking_stack) -> None:
     from playwright.sync_api import expect
 

@@ -254,14 +254,16 @@ function onEvents(events, run) {
     else if (e.type === "system") addSystemPoints(e);
     else if (e.type === "rollouts") renderRollouts(e.data.samples || [], e.step);
     else if (e.type === "log") appendLogs((e.data.lines || []).map((text, i) => ({ seq: e.seq, line_no: i, text, level: e.data.level })));
-    else if (e.type === "checkpoint" && e.data.checkpoints) setCheckpoints(e.data.checkpoints);
+    else if (e.type === "checkpoint") checkpoints.set(e.data.step, e.data); // the API's shape of the row
     else if (e.type === "fingerprint" || e.type === "resume") sections.add("attempt-records");
     else if (e.type === "stall") sections.add("run-stalls");
     else if (e.type === "alert") sections.add("run-alerts");
     else if (e.type === "profile") sections.add("run-profiles");
   }
   sections.forEach(refreshSection);
-  showState(run);
+  // a new checkpoint can retire older ones (max_ckpts_to_keep): the API's list marks them, once for a burst
+  if (events.some((e) => e.type === "checkpoint")) refreshCheckpoints();
+  showState(run); // renders the table with the new rows meanwhile
 }
 
 // An attempt's fingerprint or resume report, a stall, a health alert or a profiler file arrived: the server renders that section

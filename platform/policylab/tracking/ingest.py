@@ -724,12 +724,12 @@ def publish_events(run_id: int, events: list[dict[str, Any]], last_seq: int) -> 
         return
     live = [live_event(e, run_dir_of(run_id)) for e in events]
     checkpoints = [e for e in live if e["type"] == "checkpoint"]
-    if checkpoints:  # the page's table mirrors the stored rows: ids for Resume and Fork, pruned ones marked
-        rows = list(Checkpoint.objects.filter(run_id=run_id))
-        ids = {c.step: c.pk for c in rows}
-        for e in checkpoints:
-            e["data"] = {**e["data"], "id": ids.get(int(e["data"].get("step", e["step"])))}
-        checkpoints[-1]["data"]["checkpoints"] = checkpoint_dicts(Run.objects.get(pk=run_id), rows)
+    if checkpoints:  # one shape of a checkpoint (issue 42): the stored row as the API and a replay show it
+        steps = [int(e["data"].get("step", e["step"])) for e in checkpoints]
+        rows = list(Checkpoint.objects.filter(run_id=run_id, step__in=steps))
+        shown = {c.step: d for c, d in zip(rows, checkpoint_dicts(Run.objects.get(pk=run_id), rows), strict=True)}
+        for e, step in zip(checkpoints, steps, strict=True):
+            e["data"] = shown.get(step, e["data"])  # a row always exists once ingest stored the event
     rollouts = {e["seq"]: e for e in live if e["type"] == "rollouts"}
     if rollouts:  # one shape of a sample (issue 42): the stored row as the API and a replay show it, texts shortened
         stored: dict[int, list[RolloutSample]] = {}

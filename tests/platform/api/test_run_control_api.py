@@ -297,3 +297,31 @@ def test_a_rollout_sample_and_a_checkpoint_have_one_shape_in_the_api_and_the_rep
     assert replayed[0]["data"]["samples"] == [{k: v for k, v in listed.items() if k not in token_keys}]
     checkpoint = api_alice.get(f"/api/runs/{run.pk}/checkpoints/").json()["results"][0]
     assert replayed[1]["data"] == checkpoint and checkpoint["path"] == "checkpoints/step_2"
+
+
+def test_a_live_checkpoint_frame_is_the_api_s_dict_of_the_same_checkpoint(api_alice, run, settings):
+    """Issue 42: the websocket's checkpoint frames carried the trainer's raw event (its absolute-made-relative path,
+    size, contents) plus an id, the last of a burst the whole table; now each carries selectors.checkpoint_dict of
+    its stored row, what the API lists and a replay shows (its verdict included), and the page takes the table from
+    the API. Step 6 retires step 2 (max_ckpts_to_keep=2): the API marks it, and no frame claims it is on disk."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import channel_layers, get_channel_layer
+
+    from policylab.tracking.ingest import group_name, publish_events
+
+    events = [saved(run, step, seq) for seq, step in ((1, 2), (2, 4), (3, 6))]
+    ingest_events(events, run_id=run.pk, publish=False)
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group_name(run.pk), channel)
+    try:
+        publish_events(run.pk, events[1:], 3)
+        frames = async_to_sync(layer.receive)(channel)["events"]
+    finally:
+        channel_layers.backends.clear()
+    listed = {c["step"]: c for c in api_alice.get(f"/api/runs/{run.pk}/checkpoints/").json()["results"]}
+    assert [f["data"] for f in frames] == [listed[4], listed[6]]
+    assert frames[1]["data"]["path"] == "checkpoints/step_6" and frames[1]["data"]["on_disk"]
+    assert listed[2]["deleted"] and not listed[2]["on_disk"]

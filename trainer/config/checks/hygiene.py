@@ -81,8 +81,9 @@ def check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:
             value = getattr(model, name)
             where = f"{path}.{name}" if path else name
             status, reason = field_status(type(model), name)
-            if where == "sequence_length" and lengths(config).trajectory_cap is not None:
-                status = "acts"  # it caps each agentic trajectory (ROLL's cap, topology.lengths)
+            if where == "sequence_length" and lengths(config).trajectory_cap is None:  # acts only as ROLL's cap
+                status, reason = "import_only", ("prompt_length + response_length bound every sequence (it caps a "
+                                                 "whole trajectory only in an agentic run that leaves both unset)")
             if status != "acts":
                 if not _is_default(type(model).model_fields[name], value):
                     issues.append(warning(where, _inactive_message(status, reason)))

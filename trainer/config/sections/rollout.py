@@ -63,7 +63,7 @@ class BatchKnobs(Section):
     prompt_length: int = fld(1024, category="Batch sizes", ge=1, common=True, description="Longest prompt in tokens.")
     response_length: int = fld(1024, category="Batch sizes", ge=1, common=True, description="Longest response in tokens.")
     sequence_length: int | None = fld(
-        None, category="Batch sizes", inactive=import_only("prompt_length + response_length bound every sequence"), ge=1,
+        None, category="Batch sizes", ge=1,
         description="Longest prompt + response; unset is their sum. An agentic file that sets it and leaves "
         "prompt_length and response_length unset caps each whole trajectory at it, as ROLL does (decision 0055).",
     )

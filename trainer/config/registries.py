@@ -123,7 +123,10 @@ def _num(x: float) -> str:
 
 
 def _sokoban_boxes(options: Mapping[str, Any]) -> float:
-    return (options["dim_x"] - 2) * (options["dim_y"] - 2) - 1  # interior cells, one left for the player
+    """Reverse play (envs.grid.sokoban_layout) pulls a box only along three cells in a line, with a free cell
+    beside the player: interior cells less two, and none when neither interior side is 3 cells long."""
+    rows, cols = options["dim_x"] - 2, options["dim_y"] - 2
+    return rows * cols - 2 if max(rows, cols) >= 3 else 0
 
 
 ROLL_MAX_STEPS = EnvBound(int, lo=1)
@@ -131,7 +134,7 @@ ENV_CONFIG_BOUNDS: dict[str, dict[str, EnvBound]] = {
     "frozen_lake": {"size": EnvBound(int, 4, 2, 16), "p": EnvBound(float, 0.8, 0, 1, lo_open=True),
                     "max_steps": ROLL_MAX_STEPS},
     "sokoban": {"dim_x": EnvBound(int, 6, 3, 16), "dim_y": EnvBound(int, 6, 3, 16),
-                "num_boxes": EnvBound(int, 1, 1, hi_of=_sokoban_boxes, hi_text="(dim_x - 2) * (dim_y - 2) - 1"),
+                "num_boxes": EnvBound(int, 1, 1, hi_of=_sokoban_boxes, hi_text="(dim_x - 2) * (dim_y - 2) - 2, 0 with no interior side of 3"),
                 "search_depth": EnvBound(int, 30, 1), "max_steps": ROLL_MAX_STEPS},
     "calculator": {"num_operands": EnvBound(int, 3, 2, 8), "max_operand": EnvBound(int, 99, 1, 10**6)},
     "tool_use": {"catalog_size": EnvBound(int, 8, 1, 16),

@@ -37,13 +37,13 @@ OUTSIDE: list[tuple[str, dict[str, Any], str, str]] = [
         f"{P}.dim_room=[3,6]",
     ),
     ("sokoban", {"dim_room": [6, 17]}, "dim_y 17; valid: 3..16", f"{P}.dim_room=[6,16]"),
-    ("sokoban", {"num_boxes": 0}, "0; valid: 1..(dim_x - 2) * (dim_y - 2) - 1 (15)", f"{P}.num_boxes=1"),
-    ("sokoban", {"num_boxes": 16}, "16; valid: 1..(dim_x - 2) * (dim_y - 2) - 1 (15)", f"{P}.num_boxes=15"),
+    ("sokoban", {"num_boxes": 0}, "0; valid: 1..(dim_x - 2) * (dim_y - 2) - 2, 0 with no interior side of 3 (14)", f"{P}.num_boxes=1"),
+    ("sokoban", {"num_boxes": 15}, "15; valid: 1..(dim_x - 2) * (dim_y - 2) - 2, 0 with no interior side of 3 (14)", f"{P}.num_boxes=14"),
     (
         "sokoban",
-        {"dim_room": [4, 5], "num_boxes": 6},
-        "6; valid: 1..(dim_x - 2) * (dim_y - 2) - 1 (5)",
-        f"{P}.num_boxes=5",
+        {"dim_room": [4, 5], "num_boxes": 5},
+        "5; valid: 1..(dim_x - 2) * (dim_y - 2) - 2, 0 with no interior side of 3 (4)",
+        f"{P}.num_boxes=4",
     ),
     ("sokoban", {"search_depth": 0}, "0; valid: >= 1", f"{P}.search_depth=1"),
     ("sokoban", {"max_steps": 0}, "0; valid: >= 1", f"{P}.max_steps=1"),
@@ -72,9 +72,9 @@ OUTSIDE: list[tuple[str, dict[str, Any], str, str]] = [
 ON_BOUND: list[tuple[str, dict[str, Any]]] = [
     ("frozen_lake", {"size": 2, "p": 1}),
     ("frozen_lake", {"size": 16, "p": 1e-9}),
-    ("sokoban", {"dim_x": 3, "dim_y": 16, "num_boxes": 13, "search_depth": 1}),
+    ("sokoban", {"dim_x": 3, "dim_y": 16, "num_boxes": 12, "search_depth": 1}),
     ("sokoban", {"dim_room": [16, 3], "num_boxes": 1}),
-    ("sokoban", {"dim_room": [6, 6], "num_boxes": 15}),
+    ("sokoban", {"dim_room": [6, 6], "num_boxes": 14}),
     ("calculator", {"num_operands": 2, "max_operand": 1}),
     ("calculator", {"num_operands": 8, "max_operand": 10**6}),
     ("game:GuessTheNumber-v0", {"min_number": 1, "max_number": 2, "max_turns": 1}),
@@ -131,9 +131,7 @@ def test_a_value_on_a_bound_validates_and_the_environment_builds(
         "train_env_manager", config.train_env_manager, config.custom_envs, batch_size=8, seed=0
     )
     env = manager.make_env("Env")
-    if (
-        env_type == "sokoban" and env_config["num_boxes"] == 1
-    ):  # a packed room builds; its layout may not exist
+    if env_type == "sokoban":  # the fullest room that validates has a layout: the run can start
         rows = env.reset(0).splitlines()
         room = env_config.get("dim_room") or [env_config["dim_x"], env_config["dim_y"]]
         assert [len(rows), len(rows[0])] == room
@@ -155,7 +153,14 @@ def test_the_declaration_covers_the_environments_keys_and_is_what_they_read() ->
     assert ENV_CONFIG_BOUNDS["tool_use"]["catalog_size"].hi == len(ITEMS)
     with pytest.raises(
         ValueError,
-        match=r"^env_config.num_boxes: 16; valid: 1..\(dim_x - 2\) \* \(dim_y - 2\) - 1 "
-        r"\(15\)$",
+        match=r"^env_config.num_boxes: 15; valid: 1..\(dim_x - 2\) \* \(dim_y - 2\) - 2, 0 with no "
+        r"interior side of 3 \(14\)$",
     ):
-        ENVS["sokoban"](num_boxes=16)
+        ENVS["sokoban"](num_boxes=15)
+
+
+def test_a_room_where_no_box_can_be_pushed_is_refused_at_validation() -> None:
+    """A 2 x 2 interior has no three cells in a line: no layout exists (reset would fail at run start)."""
+    result = validate_config(_config("sokoban", {"dim_room": [4, 4], "num_boxes": 1}))
+    assert [i.path for i in result.errors] == ["custom_envs.Env.env_config.num_boxes"], result.errors
+    assert "1; valid: 1..(dim_x - 2) * (dim_y - 2) - 2, 0 with no interior side of 3 (0)" in result.errors[0].message

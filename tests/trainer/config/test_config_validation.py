@@ -60,8 +60,10 @@ RULES: list[tuple[str, dict[str, Any], str, str, list[str]]] = [
      ["[0] more than once"]),
     ("device_empty", {"actor_train.device_mapping": []}, "actor_train.device_mapping", "error", ["empty"]),
     # lengths
-    ("max_model_len", {**VLLM, f"{INFER_CFG}.max_model_len": 100}, f"{INFER_CFG}.max_model_len", "error",
+    ("max_model_len", {**VLLM, f"{INFER_CFG}.max_model_len": 64}, f"{INFER_CFG}.max_model_len", "error",
      ["64 + 64 = 128", "at least 128"]),
+    ("max_model_len_caps_responses", {**VLLM, f"{INFER_CFG}.max_model_len": 100}, f"{INFER_CFG}.max_model_len",
+     "warning", ["64 + 64 = 128", "vLLM ends a response when prompt + response reach 100", "at most 36 response"]),
     ("sglang_context_length", {"actor_infer.strategy_args": {"strategy_name": "sglang",
                                                             "strategy_config": {"context_length": 64}}},
      f"{INFER_CFG}.context_length", "error", ["at least 128"]),

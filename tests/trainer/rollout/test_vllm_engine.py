@@ -105,6 +105,16 @@ def test_max_tokens_and_seeded_reproducibility(engine: Any) -> None:
     assert all(len(g.token_ids) == 5 for g in a if g.stop_reason == "length")
 
 
+def test_a_response_ends_at_max_model_len(engine: Any) -> None:
+    """max_model_len 256 below prompt + max_new_tokens: vLLM stops each response where the sequence reaches
+    256 (finish reason length), which is what validation's max_model_len warning promises."""
+    gens = engine.generate([PROMPTS[0]], SamplingParams(max_new_tokens=250, temperature=1.0, n=8, seed=2))
+    room = 256 - len(PROMPTS[0])
+    assert all(len(g.token_ids) <= room for g in gens)
+    capped = [g for g in gens if g.stop_reason == "length"]
+    assert capped and all(len(g.token_ids) == room for g in capped), [(g.stop_reason, len(g.token_ids)) for g in gens]
+
+
 def test_greedy_matches_hf_and_stop_token_ids_end_responses(engine: Any, hf_model: PreTrainedModel) -> None:
     greedy = engine.generate(PROMPTS, SamplingParams(max_new_tokens=10, temperature=0.0))
     expected = hf_engine(hf_model).generate(PROMPTS, SamplingParams(max_new_tokens=10, temperature=0.0))

@@ -35,7 +35,21 @@ def check_lengths(config: PipelineConfig) -> list[ConfigIssue]:
             limit_field, limit = "context_length", cfg.context_length
         held = (f"sequence_length = {total}, which caps a trajectory" if bounds.trajectory_cap is not None else
                 f"prompt_length + response_length = {config.prompt_length} + {config.response_length} = {total}")
-        if limit is not None and limit < total:
+        single_turn = bounds.trajectory_cap is None and config.train_env_manager is None
+        if limit is not None and limit < total and isinstance(cfg, VllmConfig) and single_turn \
+                and limit > config.prompt_length:
+            # vLLM rejects only a prompt of max_model_len tokens or more; a longer generation stops there
+            # (finish reason length), which is how ROLL's own files run with a max_model_len below the sum
+            issues.append(
+                warning(
+                    f"{base}.{limit_field}",
+                    f"{limit} is shorter than {held}: vLLM ends a response when prompt + response reach {limit} "
+                    f"(finish reason length), so a {config.prompt_length}-token prompt gets at most "
+                    f"{limit - config.prompt_length} response tokens; {base}.{limit_field}={total} lets every "
+                    f"response reach response_length",
+                )
+            )
+        elif limit is not None and limit < total:
             issues.append(
                 error(
                     f"{base}.{limit_field}",

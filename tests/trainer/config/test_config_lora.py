@@ -115,3 +115,13 @@ def test_lora_on_actor_train_alone_over_a_stored_config_is_accepted() -> None:
     assert "differs from actor_train's 'all'" in warnings_of({"actor_train.model_args.lora_target": "all",
                                                               "actor_infer.model_args.lora_target": "q_proj"})[
         "actor_infer.model_args.lora_target"]
+
+
+def test_expert_parallel_size_1_is_a_dense_model_and_more_is_a_mixture_of_experts() -> None:
+    """Dense ROLL files (Qwen2.5) set expert_model_parallel_size: 1; only sharded experts name a MoE model."""
+    def megatron(size: int) -> dict:
+        return {"strategy_name": "megatron_train", "strategy_config": {"expert_model_parallel_size": size}}
+
+    assert errors({"actor_train.model_args.lora_target": "all-linear", "actor_train.strategy_args": megatron(1)}) == {}
+    found = errors({"actor_train.model_args.lora_target": "all-linear", "actor_train.strategy_args": megatron(2)})
+    assert "would adapt the experts" in found["actor_train.model_args.lora_target"]

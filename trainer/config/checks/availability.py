@@ -97,7 +97,10 @@ def megatron_lora_unbuilt(role: str, worker: WorkerConfig | None) -> list[Config
                             f"override ~{role}.model_args.lora_target", kind="not_built")]
     issues = []
     cfg = strategy_config(worker)
-    moe = isinstance(cfg, MegatronConfig) and any(k.startswith(("expert_", "moe_")) for k in cfg.model_fields_set)
+    # experts sharded (expert_*_size > 1) or a moe_ knob set; expert_model_parallel_size: 1 is dense ROLL files' default
+    moe = isinstance(cfg, MegatronConfig) and any(
+        k.startswith("moe_") or (k.startswith("expert_") and getattr(cfg, k) not in (None, 1))
+        for k in cfg.model_fields_set)
     names = lora_target_names(worker.model_args.lora_target)
     if moe and (isinstance(names, str) or names & MLP_PROJECTIONS):
         issues.append(ConfigIssue(f"{role}.model_args.lora_target", f"{worker.model_args.lora_target!r} would adapt "

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -50,6 +50,12 @@ HF_TO_MEGATRON: dict[str, tuple[str, str]] = {
 }
 ROW_PARALLEL = (f"{ATTN}linear_proj", f"{MLP}linear_fc2")
 DENSE_TARGET = ",".join(module.split(".")[1] for module in HF_TO_MEGATRON)
+
+
+class _PeftScaling(Protocol):
+    """The one attribute of PEFT's LoraLayer read here that is not a submodule (peft ships no types here)."""
+
+    scaling: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,8 @@ def lora_spec(model: nn.Module, layout: GPTLayout) -> LoraSpec | None:
                 "mixture-of-experts model: q_proj,k_proj,v_proj,o_proj)"
             )
         index, (linear, proj) = int(match.group(1)), HF_TO_MEGATRON[match.group(2)]
-        scalings.add(float(layer.scaling[ADAPTER]))
-        drop = layer.lora_dropout[ADAPTER]
+        scalings.add(float(cast(_PeftScaling, layer).scaling[ADAPTER]))
+        drop = layer.get_submodule(f"lora_dropout.{ADAPTER}")
         dropouts.add(float(drop.p) if isinstance(drop, nn.Dropout) else 0.0)
         pair = (state[f"{name}.lora_A.{ADAPTER}.weight"], state[f"{name}.lora_B.{ADAPTER}.weight"])
         adapters.setdefault(index, {}).setdefault(linear, {})[proj] = pair
@@ -102,7 +108,7 @@ def lora_spec(model: nn.Module, layout: GPTLayout) -> LoraSpec | None:
         raise ValueError(
             f"LoRA on megatron_train: one scaling and dropout for every layer, got {scalings}, {dropouts}"
         )
-    dtype = next(iter(layers.values())).lora_A[ADAPTER].weight.dtype
+    dtype = next(iter(layers.values())).get_parameter(f"lora_A.{ADAPTER}.weight").dtype
     return LoraSpec(scalings.pop(), dropouts.pop(), dtype, adapters, hf_modules)
 
 
@@ -178,7 +184,7 @@ class LoraAdapter(nn.Module):
             )
             # the replicated factor whose gradient each rank holds a part of (see the module docstring)
             replicated = self.b[proj] if self.row else self.a[proj]
-            replicated.sequence_parallel = sequence_parallel and tp_size > 1  # type: ignore[attr-defined]
+            replicated.sequence_parallel = sequence_parallel and tp_size > 1
 
     def shard_axes(self) -> dict[str, int]:
         """The TP axis of each sharded tensor (dist checkpointing)."""
@@ -223,9 +229,17 @@ def _adapter_input(module: nn.Module, x: Tensor, eps: float) -> Tensor:
     return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
+def _adapter_of(module: nn.Module) -> LoraAdapter:
+    """The adapter `attach_adapters` hung on a megatron linear layer as its child `lora`."""
+    adapter = module.get_submodule("lora")
+    if not isinstance(adapter, LoraAdapter):
+        raise TypeError(f"{type(module).__name__}.lora is {type(adapter).__name__}, not a LoraAdapter")
+    return adapter
+
+
 def _add_delta(eps: float, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
     out, bias = output
-    return out + module.lora.delta(_adapter_input(module, args[0], eps)).to(out.dtype), bias
+    return out + _adapter_of(module).delta(_adapter_input(module, args[0], eps)).to(out.dtype), bias
 
 
 def _sharded_state_dict(
@@ -240,7 +254,7 @@ def _sharded_state_dict(
         for k, v in original(prefix, sharded_offsets, metadata).items()
         if not k.startswith(f"{prefix}lora.")
     }
-    adapter = module.lora
+    adapter = _adapter_of(module)
     return state | make_sharded_tensors_for_checkpoint(
         adapter.state_dict(prefix="", keep_vars=True),
         f"{prefix}lora.",
@@ -282,7 +296,10 @@ def attach_adapters(
                 sequence_parallel=sequence_parallel,
             )
             module.register_forward_hook(partial(_add_delta, eps))
-            module.sharded_state_dict = partial(_sharded_state_dict, module, module.sharded_state_dict)
+            # a method replaced on the instance (nn.Module types attributes as Tensor | Module, hence setattr)
+            setattr(  # noqa: B010
+                module, "sharded_state_dict", partial(_sharded_state_dict, module, module.sharded_state_dict)
+            )
 
 
 def is_adapter_key(key: str) -> bool:

@@ -59,11 +59,9 @@ from trainer.models.megatron_convert import (
     Head,
     from_te_names,
     gpt_layout,
-    hf_to_megatron,
     layer_tensors,
     megatron_edges_to_hf,
     megatron_layer_to_hf,
-    to_te_names,
 )
 from trainer.models.value import ValueModel
 from trainer.train.base import (
@@ -78,11 +76,18 @@ from trainer.train.base import (
     to_device,
     write_lr,
 )
+from trainer.train.megatron_build import (
+    build_chunks,
+    global_layers,
+    initialize_parallel_state,
+    load_exactly,
+    load_hf_weights,
+    seed_model_parallel_rng,
+    unwrap,
+)
 from trainer.train.megatron_config import (
-    MegatronOptions,
     check_model_parallel,
     ddp_config_kwargs,
-    gpt_model_kwargs,
     optimizer_config_kwargs,
     parse_strategy_config,
     require_cuda,
@@ -112,19 +117,14 @@ with (
         DistributedDataParallelConfig,
         finalize_model_grads,
     )
-    from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import (
         HAVE_TE,
-        get_gpt_layer_local_spec,
-        get_gpt_layer_with_transformer_engine_spec,
     )
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.optimizer.clip_grads import clip_grad_by_total_norm_fp32
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.module import Float16Module
-    from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
 CHECKPOINT_DIR = "dist"
@@ -134,133 +134,6 @@ def sharding_metadata() -> dict[str, Any]:
     """A fresh metadata dict for every checkpoint (megatron adds this layout's groups to it in place):
     Megatron-LM's default optimizer format, resharding over data parallelism only."""
     return {"distrib_optim_sharding_type": "dp_reshardable"}
-
-
-# --------------------------------------------------------------------------------------------
-# parallel state, model construction, weights
-
-
-def initialize_parallel_state(options: MegatronOptions) -> None:
-    """Megatron's TP / PP (/ virtual PP) groups over the default process group; a second role in the
-    same process (the local backend) joins them when its sizes agree."""
-    wanted = (options.tp, options.pp, options.vpp)
-    if ps.model_parallel_is_initialized():
-        current = (
-            ps.get_tensor_model_parallel_world_size(),
-            ps.get_pipeline_model_parallel_world_size(),
-            ps.get_virtual_pipeline_model_parallel_world_size(),
-        )
-        if current != wanted:
-            raise ValueError(
-                f"megatron's parallel state in this process already has (TP, PP, virtual PP) = {current}; "
-                f"this role asks for {wanted}: roles sharing a process must use the same sizes"
-            )
-        return
-    ps.initialize_model_parallel(
-        tensor_model_parallel_size=options.tp,
-        pipeline_model_parallel_size=options.pp,
-        virtual_pipeline_model_parallel_size=options.vpp,
-    )
-
-
-def seed_model_parallel_rng() -> None:
-    """Megatron's CUDA RNG tracker (dropout inside and outside TP regions) from world rank 0's seed,
-    which the worker set (training_args.seed or the pipeline seed)."""
-    seed = [torch.initial_seed() % 2**31]
-    dist.broadcast_object_list(seed, src=0)
-    tensor_parallel.model_parallel_cuda_manual_seed(seed[0])
-
-
-def layer_spec(use_te: bool) -> ModuleSpec:
-    """Transformer Engine layers when TE is installed, megatron-core's own otherwise; attention takes
-    the explicit (causal + padding) mask."""
-    spec = (
-        get_gpt_layer_with_transformer_engine_spec()
-        if use_te
-        else get_gpt_layer_local_spec(normalization="RMSNorm")
-    )
-    spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.arbitrary
-    return spec
-
-
-class ValueHead(nn.Module):
-    """A critic's scalar head in the place of GPTModel's output layer (replicated over TP ranks);
-    with sequence parallelism it first gathers the sequence."""
-
-    def __init__(self, hidden_size: int, sequence_parallel: bool) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(1, hidden_size))
-        self.bias = nn.Parameter(torch.zeros(1))
-        self.sequence_parallel = sequence_parallel
-
-    def forward(
-        self, hidden: Tensor, weight: Tensor | None = None, runtime_gather_output: bool | None = None
-    ) -> tuple[Tensor, None]:
-        if self.sequence_parallel:
-            hidden = tensor_parallel.gather_from_sequence_parallel_region(hidden)
-        return nn.functional.linear(hidden, self.weight, self.bias), None
-
-
-def build_chunks(
-    config: TransformerConfig, layout: GPTLayout, hf_config: Any, options: MegatronOptions
-) -> list[GPTModel]:
-    """This rank's GPTModel chunks (one, or one per virtual pipeline stage)."""
-    spec = layer_spec(HAVE_TE)
-    chunks = []
-    for vp in range(options.vpp or 1):
-        vp_stage = vp if options.vpp else None
-        model = GPTModel(
-            config=config,
-            transformer_layer_spec=spec,
-            vp_stage=vp_stage,
-            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
-            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
-            **gpt_model_kwargs(layout, hf_config, options.tp),
-        )
-        if layout.head == "value" and model.post_process:
-            model.output_layer = ValueHead(layout.hidden_size, config.sequence_parallel)
-        chunks.append(model)
-    return chunks
-
-
-def unwrap(module: nn.Module) -> GPTModel:
-    """The GPTModel inside DDP / Float16Module wrappers."""
-    inner: Any = module
-    while hasattr(inner, "module"):
-        inner = inner.module
-    return inner
-
-
-def global_layers(model: GPTModel) -> list[int]:
-    """The 0-based global index of each of this chunk's layers (Megatron numbers them from 1)."""
-    return [layer.layer_number - 1 for layer in model.decoder.layers]
-
-
-def load_exactly(model: nn.Module, state: Mapping[str, Tensor]) -> None:
-    """load_state_dict, allowing only Transformer Engine's `_extra_state` entries and LoRA adapters (which
-    keep their own values: a Hugging Face model or an init checkpoint holds none) to be missing."""
-    missing, unexpected = model.load_state_dict(dict(state), strict=False)
-    missing = [k for k in missing if not k.endswith("_extra_state") and not is_adapter_key(k)]
-    if missing or unexpected:
-        raise RuntimeError(
-            f"converted weights do not fit the Megatron model: missing {missing}, unexpected {unexpected}"
-        )
-
-
-def load_hf_weights(
-    chunks: list[GPTModel], hf_state: Mapping[str, Tensor], layout: GPTLayout, tp_rank: int, tp_size: int
-) -> None:
-    for model in chunks:
-        state = hf_to_megatron(
-            hf_state,
-            layout,
-            tp_rank=tp_rank,
-            tp_size=tp_size,
-            layers=global_layers(model),
-            pre_process=model.pre_process,
-            post_process=model.post_process,
-        )
-        load_exactly(model, to_te_names(state) if HAVE_TE else state)
 
 
 def attention_mask(mask_2d: Tensor) -> Tensor:
@@ -348,7 +221,9 @@ class PipelineModel(nn.Module):
         batch |= {"position_ids": position_ids} if position_ids is not None else {}
         if self.runner.layout.head == "value":
             return self.runner.forward_only(batch, lambda out: out())
-        return CausalLMOutputWithPast(logits=cast(torch.FloatTensor, self.runner.forward_only(batch, lambda out: out().logits)))
+        return CausalLMOutputWithPast(
+            logits=cast(torch.FloatTensor, self.runner.forward_only(batch, lambda out: out().logits))
+        )
 
     def response_logprobs(self, batch: Mapping[str, Tensor], temperature: float) -> Tensor:
         return self.runner.forward_only(batch, lambda out: out.response_logprobs(batch, temperature))
@@ -391,13 +266,23 @@ class _MegatronModel(StrategyBase):
         self.lora: LoraSpec | None = lora_spec(model, self.layout)
         if self.lora is not None:
             for chunk in chunks:
-                attach_adapters(chunk, global_layers(chunk), self.lora, self.layout,
-                                tp_rank=ps.get_tensor_model_parallel_rank(), tp_size=self.options.tp,
-                                sequence_parallel=self.config.sequence_parallel, eps=self.config.layernorm_epsilon)
+                attach_adapters(
+                    chunk,
+                    global_layers(chunk),
+                    self.lora,
+                    self.layout,
+                    tp_rank=ps.get_tensor_model_parallel_rank(),
+                    tp_size=self.options.tp,
+                    sequence_parallel=self.config.sequence_parallel,
+                    eps=self.config.layernorm_epsilon,
+                )
         chunks = [chunk.to(self.device) for chunk in chunks]
         if self.options.init_checkpoint is None:
             load_hf_weights(
-                chunks, base_state(model.state_dict()), self.layout, ps.get_tensor_model_parallel_rank(),
+                chunks,
+                base_state(model.state_dict()),
+                self.layout,
+                ps.get_tensor_model_parallel_rank(),
                 self.options.tp,
             )
         else:
@@ -485,7 +370,9 @@ class _MegatronModel(StrategyBase):
             assert tensor is not None, "a single pipeline stage is the last stage"
             return tensor
         group, src = ps.get_pipeline_model_parallel_group(), ps.get_pipeline_model_parallel_last_rank()
-        meta: list[Any] = [(tuple(tensor.shape), tensor.dtype, tensor.device.type) if tensor is not None else None]
+        meta: list[Any] = [
+            (tuple(tensor.shape), tensor.dtype, tensor.device.type) if tensor is not None else None
+        ]
         dist.broadcast_object_list(meta, src=src, group=group)
         shape, dtype, device_type = meta[0]
         device = self.device if device_type == self.device.type else torch.device(device_type)
@@ -520,7 +407,9 @@ class _MegatronModel(StrategyBase):
             state = from_te_names(state) if HAVE_TE else state
             for index, layer in enumerate(global_layers(model)):
                 tensors = layer_tensors(state, index)
-                parts = self._gather_tensor_parallel({k: v for k, v in tensors.items() if not is_adapter_key(k)})
+                parts = self._gather_tensor_parallel(
+                    {k: v for k, v in tensors.items() if not is_adapter_key(k)}
+                )
                 hf = megatron_layer_to_hf(parts, layer, self.layout) if tp_rank == 0 else {}
                 if self.lora is not None:  # PEFT's names, which the actor's merge_lora and save_adapter read
                     lora_parts = self._gather_tensor_parallel(adapter_tensors(tensors))

@@ -1,0 +1,158 @@
+"""Megatron's parallel state and this rank's GPTModel chunks, built and loaded from Hugging Face weights —
+the construction half of `megatron_train` / `megatron_infer` (trainer.train.megatron_strategy runs them)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from trainer.models.megatron_convert import GPTLayout, hf_to_megatron, to_te_names
+from trainer.train.megatron_config import MegatronOptions, gpt_model_kwargs
+from trainer.train.megatron_lora import is_adapter_key
+
+with (
+    warnings.catch_warnings()
+):  # "Transformer Engine and Apex are not installed": we say so in the spec choice
+    warnings.simplefilter("ignore", UserWarning)
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        HAVE_TE,
+        get_gpt_layer_local_spec,
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+
+# parallel state, model construction, weights
+
+
+def initialize_parallel_state(options: MegatronOptions) -> None:
+    """Megatron's TP / PP (/ virtual PP) groups over the default process group; a second role in the
+    same process (the local backend) joins them when its sizes agree."""
+    wanted = (options.tp, options.pp, options.vpp)
+    if ps.model_parallel_is_initialized():
+        current = (
+            ps.get_tensor_model_parallel_world_size(),
+            ps.get_pipeline_model_parallel_world_size(),
+            ps.get_virtual_pipeline_model_parallel_world_size(),
+        )
+        if current != wanted:
+            raise ValueError(
+                f"megatron's parallel state in this process already has (TP, PP, virtual PP) = {current}; "
+                f"this role asks for {wanted}: roles sharing a process must use the same sizes"
+            )
+        return
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=options.tp,
+        pipeline_model_parallel_size=options.pp,
+        virtual_pipeline_model_parallel_size=options.vpp,
+    )
+
+
+def seed_model_parallel_rng() -> None:
+    """Megatron's CUDA RNG tracker (dropout inside and outside TP regions) from world rank 0's seed,
+    which the worker set (training_args.seed or the pipeline seed)."""
+    seed = [torch.initial_seed() % 2**31]
+    dist.broadcast_object_list(seed, src=0)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed[0])
+
+
+def layer_spec(use_te: bool) -> ModuleSpec:
+    """Transformer Engine layers when TE is installed, megatron-core's own otherwise; attention takes
+    the explicit (causal + padding) mask."""
+    spec = (
+        get_gpt_layer_with_transformer_engine_spec()
+        if use_te
+        else get_gpt_layer_local_spec(normalization="RMSNorm")
+    )
+    spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.arbitrary
+    return spec
+
+
+class ValueHead(nn.Module):
+    """A critic's scalar head in the place of GPTModel's output layer (replicated over TP ranks);
+    with sequence parallelism it first gathers the sequence."""
+
+    def __init__(self, hidden_size: int, sequence_parallel: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1, hidden_size))
+        self.bias = nn.Parameter(torch.zeros(1))
+        self.sequence_parallel = sequence_parallel
+
+    def forward(
+        self, hidden: Tensor, weight: Tensor | None = None, runtime_gather_output: bool | None = None
+    ) -> tuple[Tensor, None]:
+        if self.sequence_parallel:
+            hidden = tensor_parallel.gather_from_sequence_parallel_region(hidden)
+        return nn.functional.linear(hidden, self.weight, self.bias), None
+
+
+def build_chunks(
+    config: TransformerConfig, layout: GPTLayout, hf_config: Any, options: MegatronOptions
+) -> list[GPTModel]:
+    """This rank's GPTModel chunks (one, or one per virtual pipeline stage)."""
+    spec = layer_spec(HAVE_TE)
+    chunks = []
+    for vp in range(options.vpp or 1):
+        vp_stage = vp if options.vpp else None
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=spec,
+            vp_stage=vp_stage,
+            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+            **gpt_model_kwargs(layout, hf_config, options.tp),
+        )
+        if layout.head == "value" and model.post_process:
+            model.output_layer = ValueHead(layout.hidden_size, config.sequence_parallel)
+        chunks.append(model)
+    return chunks
+
+
+def unwrap(module: nn.Module) -> GPTModel:
+    """The GPTModel inside DDP / Float16Module wrappers."""
+    inner: Any = module
+    while hasattr(inner, "module"):
+        inner = inner.module
+    return inner
+
+
+def global_layers(model: GPTModel) -> list[int]:
+    """The 0-based global index of each of this chunk's layers (Megatron numbers them from 1)."""
+    return [layer.layer_number - 1 for layer in model.decoder.layers]
+
+
+def load_exactly(model: nn.Module, state: Mapping[str, Tensor]) -> None:
+    """load_state_dict, allowing only Transformer Engine's `_extra_state` entries and LoRA adapters (which
+    keep their own values: a Hugging Face model or an init checkpoint holds none) to be missing."""
+    missing, unexpected = model.load_state_dict(dict(state), strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state") and not is_adapter_key(k)]
+    if missing or unexpected:
+        raise RuntimeError(
+            f"converted weights do not fit the Megatron model: missing {missing}, unexpected {unexpected}"
+        )
+
+
+def load_hf_weights(
+    chunks: list[GPTModel], hf_state: Mapping[str, Tensor], layout: GPTLayout, tp_rank: int, tp_size: int
+) -> None:
+    for model in chunks:
+        state = hf_to_megatron(
+            hf_state,
+            layout,
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            layers=global_layers(model),
+            pre_process=model.pre_process,
+            post_process=model.post_process,
+        )
+        load_exactly(model, to_te_names(state) if HAVE_TE else state)

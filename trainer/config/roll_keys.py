@@ -21,6 +21,8 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainer.config.topology import WORKER_ROLES
+
 ROLL_COMMIT = "8eb27cc2dc34c4d1310b169d9b86d339004d811a"
 
 ROLL_FIELDS: dict[str, frozenset[str]] = {
@@ -126,7 +128,10 @@ ROLL_FIELDS: dict[str, frozenset[str]] = {
 # TOPR example's misspelt `positive_loss_coef` (ROLL's field is `postive_loss_coef`), `validation.eval_steps`.
 EXAMPLE_IGNORED = frozenset({"positive_loss_coef", "eval_steps"})
 
-WORKERS = ("actor_train", "actor_infer", "reference", "critic", "validation", "reward", "reward_model", "teacher")
+# ROLL's worker sections: PolicyLab's roles (topology.ROLE_TABLE) and the ones only ROLL has — its reward
+# worker section `reward` and the distillation `teacher`, which PolicyLab has no role for.
+ROLL_ONLY_WORKERS = ("reward", "teacher")
+WORKERS = (*WORKER_ROLES, *ROLL_ONLY_WORKERS)
 SUBSECTIONS = ("model_args", "training_args", "data_args", "generating_args", "strategy_args",
                "sequence_packing_args")
 TOP_SECTIONS = ("reward_normalization", "train_infer_correction")

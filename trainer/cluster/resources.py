@@ -191,7 +191,7 @@ def build_pool(
                 f"{role}.num_gpus_per_worker={per_worker}"
             )
         world_size = len(own) // per_worker
-        declared = getattr(section, "world_size", None)
+        declared = section.world_size
         if declared is not None and declared != world_size:
             raise ValueError(
                 f"{role}.world_size={declared} disagrees with device_mapping ({len(own)} devices / "

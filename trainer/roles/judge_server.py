@@ -34,6 +34,5 @@ class JudgeServerWorker(RoleBase):
         return [next(answered) if c else "" for c in conversations]
 
     def shutdown(self) -> None:
-        """Release an in-process engine's resources (vllm); hf_infer has none beyond its model."""
-        if hasattr(self.engine, "shutdown"):
-            self.engine.shutdown()
+        """Release the engine's resources (vLLM's processes; hf_infer has none beyond its model)."""
+        self.engine.shutdown()

@@ -62,9 +62,8 @@ class ActorInferWorker(RoleBase):
         self.engine.wake()
 
     def shutdown(self) -> None:
-        """Release an in-process engine's resources (vllm); hf_infer has none beyond its model."""
-        if hasattr(self.engine, "shutdown"):
-            self.engine.shutdown()
+        """Release the engine's resources (vLLM's processes; hf_infer has none beyond its model)."""
+        self.engine.shutdown()
 
 
 def hf_engine(cfg: PipelineConfig, role: str) -> Any:

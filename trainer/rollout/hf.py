@@ -185,6 +185,9 @@ class HFInferEngine:
         self.model.to(self.device)
         self.asleep = False
 
+    def shutdown(self) -> None:
+        """Nothing to release beyond the model, which the role owns (vLLM's engine has processes to stop)."""
+
     # -- generation ---------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Sample ``params.n`` responses per prompt; results ordered by (prompt, sample)."""

@@ -110,7 +110,7 @@ def hanging_reward(monkeypatch):
     def install(seconds: float) -> None:
         import trainer.roles.reward as reward_role
 
-        monkeypatch.setattr(reward_role, "build_reward_fn", lambda cfg: sleeping_reward(seconds))
+        monkeypatch.setattr(reward_role, "build_reward_fn", lambda cfg, judge_server=None: sleeping_reward(seconds))
     return install
 
 
@@ -146,7 +146,7 @@ def test_on_stall_fail_ends_a_run_that_an_in_process_caller_runs_in_another_thre
         return [0.0] * len(responses)
 
     score.calls = 0
-    monkeypatch.setattr(reward_role, "build_reward_fn", lambda cfg: score)
+    monkeypatch.setattr(reward_role, "build_reward_fn", lambda cfg, judge_server=None: score)
     out, result = tmp_path / "run", {}
     thread = threading.Thread(target=lambda: result.update(code=run_local(load_cfg(out, *WATCH, "watchdog.on_stall=fail"))))
     thread.start()

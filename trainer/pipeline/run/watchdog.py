@@ -363,10 +363,9 @@ def waiting_calls(groups: Mapping[str, Any]) -> list[Waiting]:
     """The worker-group calls in flight now, with the ranks that have not answered and their pids."""
     calls = []
     for role, group in list(groups.items()):
-        in_flight = getattr(group, "in_flight", None)
-        if in_flight is None:
+        if group.in_flight is None:  # WorkerGroup and LocalWorkerGroup both keep it
             continue
-        method, ranks = in_flight
+        method, ranks = group.in_flight
         pids = tuple(group.pids[r] if r < len(group.pids) else None for r in ranks)
         calls.append(Waiting(role, method, ranks, pids))
     return calls

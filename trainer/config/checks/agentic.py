@@ -102,9 +102,7 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
                                       f"trajectory manager plays {tag}: override ~custom_envs.{tag}.env_manager_cls",
                                       kind="not_built"))
         turn = env.max_tokens_per_step or turn_default
-        if capped:
-            pass  # ROLL trims each turn to the room the cap leaves (trainer.pipeline.trajectory)
-        elif turn > config.response_length:
+        if not capped and turn > config.response_length:  # capped: ROLL trims each turn to the room left
             issues.append(error(f"custom_envs.{tag}.max_tokens_per_step", f"{turn} tokens per turn exceed "
                                 f"response_length = {config.response_length}, which holds every turn of a trajectory; "
                                 f"override custom_envs.{tag}.max_tokens_per_step={config.response_length}"))

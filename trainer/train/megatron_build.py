@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from trainer.models.megatron_convert import GPTLayout, hf_to_megatron, to_te_names
 from trainer.train.megatron_config import MegatronOptions, gpt_model_kwargs
+from trainer.train.megatron_cp import ContextParallel, attend, gather_sequence
 from trainer.train.megatron_lora import is_adapter_key
 
 with (
@@ -28,6 +29,7 @@ with (
         get_gpt_layer_with_transformer_engine_spec,
     )
     from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.module import MegatronModule
     from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -36,18 +38,19 @@ with (
 
 
 def initialize_parallel_state(options: MegatronOptions) -> None:
-    """Megatron's TP / PP (/ virtual PP) groups over the default process group; a second role in the
-    same process (the local backend) joins them when its sizes agree."""
-    wanted = (options.tp, options.pp, options.vpp)
+    """Megatron's TP / PP (/ virtual PP) / CP groups over the default process group; a second role in
+    the same process (the local backend) joins them when its sizes agree."""
+    wanted = (options.tp, options.pp, options.vpp, options.cp)
     if ps.model_parallel_is_initialized():
         current = (
             ps.get_tensor_model_parallel_world_size(),
             ps.get_pipeline_model_parallel_world_size(),
             ps.get_virtual_pipeline_model_parallel_world_size(),
+            ps.get_context_parallel_world_size(),
         )
         if current != wanted:
             raise ValueError(
-                f"megatron's parallel state in this process already has (TP, PP, virtual PP) = {current}; "
+                f"megatron's parallel state in this process already has (TP, PP, virtual PP, CP) = {current}; "
                 f"this role asks for {wanted}: roles sharing a process must use the same sizes"
             )
         return
@@ -55,7 +58,14 @@ def initialize_parallel_state(options: MegatronOptions) -> None:
         tensor_model_parallel_size=options.tp,
         pipeline_model_parallel_size=options.pp,
         virtual_pipeline_model_parallel_size=options.vpp,
+        context_parallel_size=options.cp,
     )
+
+
+def context_parallel() -> ContextParallel:
+    """This rank's CP group (size 1 without context parallelism)."""
+    group = ps.get_context_parallel_group()
+    return ContextParallel(dist.get_world_size(group), dist.get_rank(group), group)
 
 
 def seed_model_parallel_rng() -> None:
@@ -66,16 +76,67 @@ def seed_model_parallel_rng() -> None:
     tensor_parallel.model_parallel_cuda_manual_seed(seed[0])
 
 
-def layer_spec(use_te: bool) -> ModuleSpec:
+def layer_spec(use_te: bool, cp: int = 1) -> ModuleSpec:
     """Transformer Engine layers when TE is installed, megatron-core's own otherwise; attention takes
-    the explicit (causal + padding) mask."""
+    the explicit (causal + padding) mask. With cp > 1 the core attention is AllGatherKVAttention (also
+    under TE: its ring attention takes causal masks only, not our padding mask; docs/decisions/0058)."""
     spec = (
         get_gpt_layer_with_transformer_engine_spec()
         if use_te
         else get_gpt_layer_local_spec(normalization="RMSNorm")
     )
     spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.arbitrary
+    if cp > 1:
+        spec.submodules.self_attention.submodules.core_attention = AllGatherKVAttention
     return spec
+
+
+class AllGatherKVAttention(MegatronModule):
+    """Core attention for cp > 1 (DotProductAttention's signature, which refuses cp > 1): gathers the
+    keys and values of the CP group (trainer.train.megatron_cp.gather_sequence), then
+    megatron_cp.attend. Its mask holds this rank's query rows of the whole sequence's causal +
+    padding mask ([b, 1, s / cp, s]: the strategy splits it with the inputs)."""
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        layer_number: int,
+        attn_mask_type: AttnMaskType,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection: Any = None,
+    ) -> None:
+        super().__init__(config=config)
+        if config.apply_query_key_layer_scaling or config.softmax_type != "vanilla":
+            raise ValueError(
+                "context parallelism (all-gather-KV attention) computes plain softmax attention only: "
+                "no apply_query_key_layer_scaling, softmax_type vanilla"
+            )
+        self.softmax_scale = softmax_scale if softmax_scale is not None else config.kv_channels**-0.5
+        self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+        self.cp = context_parallel()
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attention_mask: Tensor | None,
+        attn_mask_type: AttnMaskType | None = None,
+        attention_bias: Tensor | None = None,
+        packed_seq_params: Any = None,
+    ) -> Tensor:
+        if packed_seq_params is not None or attention_bias is not None or attention_mask is None:
+            raise ValueError(
+                "all-gather-KV attention takes padded rows with an explicit mask: no packed sequences, no bias"
+            )
+        key, value = gather_sequence(key, self.cp, 0), gather_sequence(value, self.cp, 0)
+        if self.dropout > 0 and self.training:
+            with tensor_parallel.get_cuda_rng_tracker().fork():
+                return attend(query, key, value, attention_mask, self.softmax_scale, self.dropout, True)
+        return attend(query, key, value, attention_mask, self.softmax_scale)
 
 
 class ValueHead(nn.Module):
@@ -100,7 +161,7 @@ def build_chunks(
     config: TransformerConfig, layout: GPTLayout, hf_config: Any, options: MegatronOptions
 ) -> list[GPTModel]:
     """This rank's GPTModel chunks (one, or one per virtual pipeline stage)."""
-    spec = layer_spec(HAVE_TE)
+    spec = layer_spec(HAVE_TE, options.cp)
     chunks = []
     for vp in range(options.vpp or 1):
         vp_stage = vp if options.vpp else None

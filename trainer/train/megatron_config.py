@@ -38,6 +38,7 @@ class MegatronOptions:
 
     tp: int = 1
     pp: int = 1
+    cp: int = 1  # context parallelism: all-gather-KV attention (trainer.train.megatron_cp)
     vpp: int | None = None
     sequence_parallel: bool = False
     recompute_granularity: str | None = None
@@ -58,11 +59,6 @@ def parse_strategy_config(config: Mapping[str, Any] | None) -> MegatronOptions:
     from trainer.config.schema import MegatronConfig
 
     cfg = MegatronConfig.model_validate(dict(config or {}))
-    if cfg.context_parallel_size > 1:
-        raise ValueError(
-            f"strategy_config.context_parallel_size={cfg.context_parallel_size}: context parallelism is not "
-            "built (it needs Transformer Engine attention over packed, unpadded sequences); use 1"
-        )
     if cfg.use_dist_checkpointing and not cfg.dist_checkpointing_path:
         raise ValueError(
             "strategy_config.use_dist_checkpointing needs dist_checkpointing_path (the checkpoint folder)"
@@ -81,6 +77,7 @@ def parse_strategy_config(config: Mapping[str, Any] | None) -> MegatronOptions:
     return MegatronOptions(
         tp=cfg.tensor_model_parallel_size,
         pp=cfg.pipeline_model_parallel_size,
+        cp=cfg.context_parallel_size,
         vpp=cfg.virtual_pipeline_model_parallel_size,
         sequence_parallel=cfg.sequence_parallel,
         recompute_granularity=cfg.recompute_granularity,
@@ -103,11 +100,11 @@ def check_model_parallel(layout: GPTLayout, options: MegatronOptions, world_size
             "strategy_config.sequence_parallel needs Transformer Engine layers (megatron-core's own "
             "torch norm refuses it) and Transformer Engine is not installed here; turn it off"
         )
-    model_parallel = options.tp * options.pp
+    model_parallel = options.tp * options.pp * options.cp
     if world_size % model_parallel:
         raise ValueError(
-            f"tensor_model_parallel_size × pipeline_model_parallel_size = {options.tp} × {options.pp} "
-            f"does not divide the role's {world_size} ranks"
+            "tensor_model_parallel_size × pipeline_model_parallel_size × context_parallel_size = "
+            f"{options.tp} × {options.pp} × {options.cp} does not divide the role's {world_size} ranks"
         )
     check_tensor_parallel(layout, options.tp)
     chunks = options.pp * (options.vpp or 1)
@@ -185,6 +182,7 @@ def transformer_config_kwargs(
         "attention_dropout": float(getattr(hf_config, "attention_dropout", 0.0)),
         "tensor_model_parallel_size": options.tp,
         "pipeline_model_parallel_size": options.pp,
+        "context_parallel_size": options.cp,
         "virtual_pipeline_model_parallel_size": options.vpp,
         "sequence_parallel": options.sequence_parallel and options.tp > 1,
         "recompute_granularity": options.recompute_granularity,

@@ -6,8 +6,9 @@ same Hugging Face model on every rank. Each strategy
 1. refuses to start without CUDA (megatron-core's forward pass calls torch.cuda;
    megatron_config.require_cuda);
 2. initialises megatron's parallel state: tensor (TP) × pipeline (PP, optionally virtual) model-parallel
-   groups, data parallelism (DP) over the rest — or joins the state an earlier role in this process set
-   up with the same sizes;
+   groups, context parallelism (CP: each rank holds 2 of 2·cp sequence chunks and attends to the
+   gathered keys and values, trainer.train.megatron_cp), data parallelism (DP) over the rest — or joins
+   the state an earlier role in this process set up with the same sizes;
 3. builds GPTModel chunks with Transformer Engine layers when TE is installed, megatron-core's local
    layers otherwise, converts the HF weights to this rank's TP/PP shard (trainer.models.megatron_convert)
    and loads them; the HF model is kept only as a weight-less skeleton (meta device) for save_pretrained;
@@ -15,7 +16,7 @@ same Hugging Face model on every rank. Each strategy
    distributed one); the LR schedule (base.write_lr), global-norm clipping and the skip of a non-finite
    update (base.step_unless_non_finite) are ours, as for every strategy here.
 
-Rows: the ranks of one model-parallel group (TP × PP) compute on the same rows. The worker groups hand
+Rows: the ranks of one model-parallel group (TP × PP) and their CP ranks compute on the same rows. The worker groups hand
 every rank its own slice of a batch; `join_model_parallel_rows` gathers the group's slices (the rows of
 its data-parallel rank) and says which rows of a result are this rank's to return.
 
@@ -78,6 +79,7 @@ from trainer.train.base import (
 )
 from trainer.train.megatron_build import (
     build_chunks,
+    context_parallel,
     global_layers,
     initialize_parallel_state,
     load_exactly,
@@ -92,6 +94,12 @@ from trainer.train.megatron_config import (
     parse_strategy_config,
     require_cuda,
     transformer_config_kwargs,
+)
+from trainer.train.megatron_cp import (
+    ContextParallel,
+    gather_replicated,
+    sequence_multiple,
+    split_sequence,
 )
 from trainer.train.megatron_lora import (
     LoraSpec,
@@ -145,7 +153,7 @@ def attention_mask(mask_2d: Tensor) -> Tensor:
 
 def pad_width(micro_batch: Mapping[str, Tensor], multiple: int) -> dict[str, Tensor]:
     """input_ids / attention_mask / position_ids right-padded (masked) to a multiple of `multiple`
-    (sequence parallelism splits the sequence over the TP ranks)."""
+    (sequence parallelism splits the sequence over the TP ranks, context parallelism into 2·cp chunks)."""
     ids = micro_batch["input_ids"]
     mask = micro_batch.get("attention_mask", torch.ones_like(ids))
     positions = micro_batch.get("position_ids", torch.arange(ids.shape[1], device=ids.device).expand_as(ids))
@@ -161,14 +169,16 @@ def pad_width(micro_batch: Mapping[str, Tensor], multiple: int) -> dict[str, Ten
 class StageOutput(nn.Module):
     """The model as a LossFn or forward fn sees it on the last pipeline stage: the pipeline has already
     run this micro-batch, so a call returns that output whatever inputs it is given — full-vocabulary
-    logits (gathered across TP ranks; the gradient is split back) or a critic's values [B, S]."""
+    logits (gathered across TP ranks; the gradient is split back) or a critic's values [B, S]. With
+    context parallelism `output` holds this rank's zigzag positions; what a call returns is gathered
+    back to whole sequences (megatron_cp.gather_replicated: every CP rank computes the same loss)."""
 
-    def __init__(self, output: Tensor, width: int, layout: GPTLayout) -> None:
+    def __init__(self, output: Tensor, width: int, layout: GPTLayout, cp: ContextParallel) -> None:
         super().__init__()
-        self.output, self.width, self.layout = output, width, layout
+        self.output, self.width, self.layout, self.cp = output, width, layout, cp
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.output[:, : self.width]
+        out = gather_replicated(self.output, self.cp, dim=1)[:, : self.width]
         if self.layout.head == "value":
             return out.squeeze(-1)
         logits = tensor_parallel.gather_from_tensor_model_parallel_region(out)
@@ -178,13 +188,25 @@ class StageOutput(nn.Module):
         """log p(response token) [B, R] from this rank's vocabulary shard (trainer.models.batch's
         response_logprobs, computed without gathering the vocabulary)."""
         width_r = batch["response_mask"].size(1)
-        shard = self.output[:, self.width - width_r - 1 : self.width - 1].float()
+        ids = batch["input_ids"].to(self.output.device)
+        if self.cp.size > 1:  # labels shifted over the whole sequence, then split as the inputs were
+            labels = nn.functional.pad(
+                ids[:, 1:], (0, self.output.shape[1] * self.cp.size - ids.shape[1] + 1)
+            )
+            local = self._vocab_logprobs(self.output, split_sequence(labels, self.cp, dim=1), temperature)
+            return gather_replicated(local, self.cp, dim=1)[:, self.width - width_r - 1 : self.width - 1]
+        shard = self.output[:, self.width - width_r - 1 : self.width - 1]
+        return self._vocab_logprobs(shard, ids[:, -width_r:], temperature)
+
+    def _vocab_logprobs(self, shard: Tensor, labels: Tensor, temperature: float) -> Tensor:
+        """log p(labels) [B, S] from this rank's vocabulary shard of the logits [B, S, V / tp]."""
+        shard = shard.float()
         if temperature > 0:
             shard = shard / temperature
         group = ps.get_tensor_model_parallel_group()
         logprobs, _ = vocab_parallel_logprobs_entropy(
             shard,
-            batch["input_ids"][:, -width_r:].to(shard.device),
+            labels,
             vocab_start=ps.get_tensor_model_parallel_rank() * shard.shape[-1],
             vocab_size=self.layout.vocab_size,
             reduce_max=partial(_all_reduce, op=dist.ReduceOp.MAX, group=group),
@@ -298,7 +320,8 @@ class _MegatronModel(StrategyBase):
         if self.lora is not None:
             restore_adapter_dtype(self.chunks, self.lora)
         self.model = nn.ModuleList(self.chunks)
-        self.data_parallel = DataParallel(
+        self.cp = context_parallel()
+        self.data_parallel = DataParallel(  # the ranks with rows of their own (CP ranks share theirs)
             ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(), ps.get_data_parallel_group()
         )
 
@@ -306,15 +329,12 @@ class _MegatronModel(StrategyBase):
 
     def join_model_parallel_rows(self, batch: Mapping[str, Any]) -> tuple[dict[str, Any], slice]:
         """The rows of this rank's data-parallel rank: the slices every rank of the model-parallel
-        group was handed, joined in group-rank order; and the slice of them that is this rank's own."""
-        group = ps.get_model_parallel_group()
-        parts: list[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(parts, dict(batch), group=group)
-        sizes = [len(next(iter(part.values()))) for part in parts]
-        mine = dist.get_rank(group)
-        start = sum(sizes[:mine])
-        joined = {key: _concat([part[key] for part in parts]) for key in batch}
-        return joined, slice(start, start + sizes[mine])
+        group (TP × PP) and of the CP group was handed — first joined over the CP group, then those
+        joins over the model-parallel group, each in group-rank order, so every rank of the
+        TP × CP × PP block holds the same rows; and the slice of them that is this rank's own."""
+        joined, own = _join_rows(batch, ps.get_context_parallel_group())
+        joined, block = _join_rows(joined, ps.get_model_parallel_group())
+        return joined, slice(block.start + own.start, block.start + own.stop)
 
     # forward ------------------------------------------------------------------------------------
 
@@ -325,9 +345,14 @@ class _MegatronModel(StrategyBase):
         output, ...)` becomes the schedule's loss_func."""
         micro_batch = to_device(next(data_iterator), self.device)
         width = micro_batch["input_ids"].shape[1]
-        inputs = pad_width(micro_batch, self.options.tp if self.config.sequence_parallel else 1)
-        output = model(inputs["input_ids"], inputs["position_ids"], attention_mask(inputs["attention_mask"]))
+        inputs = pad_width(micro_batch, self._sequence_multiple())
+        mask = attention_mask(inputs["attention_mask"])
+        ids, positions = (split_sequence(inputs[k], self.cp, dim=1) for k in ("input_ids", "position_ids"))
+        output = model(ids, positions, split_sequence(mask, self.cp, dim=2))  # this rank's query rows
         return output, partial(on_last_stage, micro_batch, width)
+
+    def _sequence_multiple(self) -> int:
+        return sequence_multiple(self.options.cp, self.options.tp if self.config.sequence_parallel else 1)
 
     def _schedule(
         self, micro_batches: list[dict[str, Tensor]], on_last_stage: Callable[..., Any], *, forward_only: bool
@@ -341,7 +366,7 @@ class _MegatronModel(StrategyBase):
                 f"megatron: the micro-batches of one step must share one shape, got {sorted(shapes)}"
             )
         rows, width = shapes.pop()
-        multiple = self.options.tp if self.config.sequence_parallel else 1
+        multiple = self._sequence_multiple()
         chunks = self.chunks
         iterators = [iter(micro_batches) for _ in chunks]
         return get_forward_backward_func()(
@@ -359,7 +384,7 @@ class _MegatronModel(StrategyBase):
         """fn(the last stage's output for `batch`), on every rank of the pipeline."""
 
         def collect(micro_batch: Any, width: int, output: Tensor, non_loss_data: bool = True) -> Tensor:
-            return fn(StageOutput(output, width, self.layout))
+            return fn(StageOutput(output, width, self.layout, self.cp))
 
         results = self._schedule([dict(batch)], collect, forward_only=True)
         return self._from_last_stage(results[0] if results else None)
@@ -392,7 +417,7 @@ class _MegatronModel(StrategyBase):
         """The whole model in Hugging Face names as CPU tensors on world rank 0; `{}` elsewhere.
         Collective. Each stage's TP group gathers one layer at a time (no rank holds more than one
         full layer beyond its shard); the stages' CPU tensors then go to rank 0."""
-        if ps.get_data_parallel_rank() != 0:
+        if ps.get_data_parallel_rank(with_context_parallel=True) != 0:
             return {}
         tp_rank = ps.get_tensor_model_parallel_rank()
         part: dict[str, Tensor] = {}
@@ -456,6 +481,17 @@ class _MegatronModel(StrategyBase):
             key: unwrap(c).sharded_state_dict(metadata=metadata)
             for key, c in zip(self._model_keys(chunks), chunks, strict=True)
         }
+
+
+def _join_rows(batch: Mapping[str, Any], group: Any) -> tuple[dict[str, Any], slice]:
+    """Every group rank's `batch` joined in group-rank order, and the slice of them that is this rank's."""
+    parts: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(parts, dict(batch), group=group)
+    sizes = [len(next(iter(part.values()))) for part in parts]
+    mine = dist.get_rank(group)
+    start = sum(sizes[:mine])
+    joined = {key: _concat([part[key] for part in parts]) for key in batch}
+    return joined, slice(start, start + sizes[mine])
 
 
 def _concat(values: list[Any]) -> Any:
@@ -528,7 +564,7 @@ class MegatronStrategy(_MegatronModel):
         self.optimizer.zero_grad()
 
         def loss(micro_batch: Any, width: int, output: Tensor) -> tuple[Tensor, Tensor, dict[str, Any]]:
-            value, metrics = loss_fn(StageOutput(output, width, self.layout), micro_batch)
+            value, metrics = loss_fn(StageOutput(output, width, self.layout, self.cp), micro_batch)
             check_loss_metrics(metrics)
             no_count = torch.zeros((), dtype=torch.int, device=value.device)  # see _finalize_grads
             return value, no_count, {"loss": float(value.detach()), "metrics": metrics}

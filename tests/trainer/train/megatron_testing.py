@@ -84,12 +84,14 @@ def nll_loss(total_tokens: float, temperature: float = 0.7) -> Callable[..., Any
 
 class CudaAsCpu(TorchFunctionMode):
     """Every torch call that names a CUDA device gets the CPU; `.cuda()` is a no-op; `.type()` reports
-    a CPU tensor as its CUDA type (megatron's gradient clipping asserts it)."""
+    a CPU tensor as its CUDA type (megatron's gradient clipping asserts it); pinned memory is plain."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         if "device" in kwargs:
             kwargs["device"] = _cpu(kwargs["device"])
+        if kwargs.get("pin_memory"):  # host memory staged for a CUDA copy (rope_utils' CP index)
+            kwargs["pin_memory"] = False
         name = getattr(func, "__name__", "")
         if name == "cuda":
             return args[0]

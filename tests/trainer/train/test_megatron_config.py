@@ -66,7 +66,6 @@ def test_roll_keys_become_options_and_full_recompute_gets_megatron_lm_defaults()
 @pytest.mark.parametrize(
     ("config", "words"),
     [
-        ({"context_parallel_size": 2}, "context parallelism is not built"),
         ({"overlap_param_gather": True}, "needs use_distributed_optimizer"),
         ({"use_dist_checkpointing": True}, "needs dist_checkpointing_path"),
         ({"tensor_parallel_size": 2}, "tensor_parallel_size"),  # a misspelt key: the schema refuses it
@@ -81,7 +80,7 @@ def test_settings_that_cannot_act_are_refused(config: dict, words: str) -> None:
     ("options", "world", "words"),
     [
         (MegatronOptions(tp=3), 3, "num_attention_heads=4 is not a multiple of it"),
-        (MegatronOptions(tp=2, pp=2), 6, r"2 × 2 does not divide the role's 6 ranks"),
+        (MegatronOptions(tp=2, pp=2), 6, r"2 × 2 × 1 does not divide the role's 6 ranks"),
         (MegatronOptions(pp=3), 3, "num_hidden_layers = 4 does not split evenly into .* 3 model chunks"),
         (
             MegatronOptions(pp=2, vpp=2, embedding_in_split=True),
@@ -230,20 +229,28 @@ def test_megatron_configs_validate_and_preflight_wants_cuda_devices() -> None:
     assert "megatron_infer needs 1 CUDA device(s)" in found["reference.device_mapping"]
 
 
-def test_context_parallelism_is_refused_until_built() -> None:
+def test_context_parallelism_validates_and_must_divide_the_world() -> None:
+    cp2 = {"strategy_name": "megatron_train", "strategy_config": {"context_parallel_size": 2}}
     result = validate_config(
-        changed(
-            {
-                "actor_train.strategy_args": {
-                    "strategy_name": "megatron_train",
-                    "strategy_config": {"context_parallel_size": 2},
-                },
-                "actor_train.device_mapping": [0, 1],
-            }
-        )
+        changed({"actor_train.strategy_args": cp2, "actor_train.device_mapping": [0, 1, 2, 3]})
     )
-    assert [(i.path, i.kind) for i in result.errors] == [(f"{MEG_CFG}.context_parallel_size", "not_built")]
+    assert result.ok, result.errors
+    assert result.derived["actor_train.dp_size"] == 2  # 4 devices / CP 2
+    assert parse_strategy_config(cp2["strategy_config"]).cp == 2
+    odd = validate_config(
+        changed({"actor_train.strategy_args": cp2, "actor_train.device_mapping": [0, 1, 2]})
+    )
+    found = {i.path: i.message for i in odd.errors}
     assert (
-        "context parallelism is not built" in result.errors[0].message
-        and "valid: 1" in result.errors[0].message
+        "TP × PP × CP = 1 × 1 × 2 = 2 does not divide the role's 3 devices"
+        in found[f"{MEG_CFG}.tensor_model_parallel_size"]
     )
+    with pytest.raises(
+        ValueError, match="× context_parallel_size = 1 × 1 × 2 does not divide the role's 3 ranks"
+    ):
+        check_model_parallel(
+            gpt_layout(tiny_causal_lm("qwen2").config),
+            parse_strategy_config(cp2["strategy_config"]),
+            3,
+            te=False,
+        )

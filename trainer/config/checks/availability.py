@@ -41,9 +41,6 @@ def check_availability(config: PipelineConfig) -> list[ConfigIssue]:
         if isinstance(cfg, Fsdp2Config) and cfg.ulysses_sequence_parallel_size > 1:
             issues.append(ConfigIssue(f"{role}.strategy_args.strategy_config.ulysses_sequence_parallel_size",
                                       f"Ulysses sequence parallelism {NOT_BUILT}; valid: 1", kind="not_built"))
-        if isinstance(cfg, MegatronConfig) and cfg.context_parallel_size > 1:
-            issues.append(ConfigIssue(f"{role}.strategy_args.strategy_config.context_parallel_size",
-                                      f"Megatron context parallelism {NOT_BUILT}; valid: 1", kind="not_built"))
     for name, reward in config.rewards.items():
         if reward.worker_cls in ROLL_UNSUPPORTED_REWARD_WORKERS:
             what = ROLL_UNSUPPORTED_REWARD_WORKERS[reward.worker_cls]

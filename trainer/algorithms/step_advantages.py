@@ -11,8 +11,9 @@ Step returns (GiGPO Eq. 5; ROLL `compute_discounted_returns`, γ_s = `step_rewar
 
     G_ik = r_ik + γ_s·G_i,k+1          (G after the last turn = 0)
 
-`norm` is `reward_normalization.method` (trajectory_norm.normalize_scores: identity, mean, mean_std,
-asym_clip) applied inside groups of turns. ROLL trains one row per turn (its StepEnvManager), so its
+`norm` is reward_normalization's pair (trajectory_norm.normalize_scores: norm_mean_type / norm_std_type,
+unset ones from method) applied inside groups of turns; GiGPO's anchor term reads `method` alone, as ROLL
+builds it (`RewardNormalizationConfig(grouping="state_group_id", method=...)`: the pair method names). ROLL trains one row per turn (its StepEnvManager), so its
 group statistics count every turn: a trajectory weighs as many times as it has turns (verl-agent's
 `compute_mean_std_cross_steps`, its default). The estimators reproduce that on our rows.
 
@@ -75,14 +76,16 @@ def step_returns(step_scores: Tensor, turn_mask: Tensor, gamma: float) -> Tensor
     return discounted_scan(step_scores, turn_mask, gamma)
 
 
-def normalize_turns(values: Tensor, turn_mask: Tensor, group_ids: Tensor, method: str) -> Tensor:
-    """`method` applied to the real turns' values [batch, turns] inside the groups of `group_ids`
-    [batch, turns] (every real turn one entry); 0 at masked turns."""
+def normalize_turns(values: Tensor, turn_mask: Tensor, group_ids: Tensor, method: str,
+                    mean_type: str | None = None, std_type: str | None = None) -> Tensor:
+    """normalize_scores(method, mean_type, std_type) applied to the real turns' values [batch, turns] inside
+    the groups of `group_ids` [batch, turns] (every real turn one entry; a batch type: all real turns); 0 at
+    masked turns."""
     check_same_shape(values=values, turn_mask=turn_mask, group_ids=group_ids)
     mask = as_bool_mask(turn_mask)
     out = torch.zeros_like(values)
     if bool(mask.any()):
-        out[mask] = normalize_scores(values[mask], group_ids[mask], method)
+        out[mask] = normalize_scores(values[mask], group_ids[mask], method, mean_type, std_type)
     return out
 
 
@@ -107,25 +110,32 @@ def gigpo(
     method: str,
     episode_weight: float = 1.0,
     step_weight: float = 1.0,
+    mean_type: str | None = None,
+    std_type: str | None = None,
 ) -> GiGPOAdvantages:
     """GiGPO per turn (module docstring): A_ik = w_E·norm(s_i | episode group) + w_S·norm(G_ik | anchor
     group). episode_scores s [batch], returns G [batch, turns] (step_returns), episode_groups [batch],
-    anchor_group_ids [batch, turns] (anchor_groups)."""
+    anchor_group_ids [batch, turns] (anchor_groups). The episode term normalises with the pair (method,
+    mean_type, std_type), the anchor term with `method` alone (module docstring)."""
     batch = returns.shape[0]
     if episode_scores.shape != (batch,) or episode_groups.shape != (batch,):
         raise ValueError(f"episode_scores and episode_groups must have shape ({batch},) (one per trajectory), "
                          f"got {tuple(episode_scores.shape)} and {tuple(episode_groups.shape)}")
     per_turn = episode_scores.unsqueeze(-1).expand_as(returns)
-    episode = normalize_turns(per_turn, turn_mask, episode_groups.unsqueeze(-1).expand_as(returns), method)
+    episode = normalize_turns(per_turn, turn_mask, episode_groups.unsqueeze(-1).expand_as(returns), method,
+                              mean_type, std_type)
     step = normalize_turns(returns, turn_mask, anchor_group_ids, method)
     return GiGPOAdvantages(fill_masked(episode_weight * episode + step_weight * step, turn_mask), episode, step)
 
 
-def step_reinforce(returns: Tensor, turn_mask: Tensor, episode_groups: Tensor, method: str) -> Tensor:
-    """ROLL's step_reinforce per turn: A_ik = norm(G_ik | episode group); episode_groups [batch]."""
+def step_reinforce(returns: Tensor, turn_mask: Tensor, episode_groups: Tensor, method: str,
+                   mean_type: str | None = None, std_type: str | None = None) -> Tensor:
+    """ROLL's step_reinforce per turn: A_ik = norm(G_ik | episode group) with the pair (method, mean_type,
+    std_type); episode_groups [batch]."""
     if episode_groups.shape != returns.shape[:1]:
         raise ValueError(f"episode_groups must have shape ({returns.shape[0]},), got {tuple(episode_groups.shape)}")
-    return normalize_turns(returns, turn_mask, episode_groups.unsqueeze(-1).expand_as(returns), method)
+    return normalize_turns(returns, turn_mask, episode_groups.unsqueeze(-1).expand_as(returns), method,
+                           mean_type, std_type)
 
 
 def _turn_ends(turn_ids: Tensor) -> Tensor:

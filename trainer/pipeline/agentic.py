@@ -156,7 +156,8 @@ class AgenticPipeline(RLVRPipeline):
         tag_ids = torch.tensor([self.tag_ids[t.episode.tag] for t in trajectories])
         if self.normalization is not None:
             groups = normalization_groups(self.normalization.grouping, state_ids=state_ids, tag_ids=tag_ids)
-            scores = normalize_scores(raw, groups, self.normalization.method)
+            norm = self.normalization
+            scores = normalize_scores(raw, groups, norm.method, norm.norm_mean_type, norm.norm_std_type)
         else:
             scores = raw
         turn_scores = (self.turn_scores(trajectories, state_ids, tag_ids, metrics)
@@ -232,7 +233,8 @@ class AgenticPipeline(RLVRPipeline):
                     metrics: dict[str, float]) -> torch.Tensor:
         """Each turn's value [batch, turns] for gigpo / step_reinforce (trainer.algorithms.step_advantages):
         step returns of the turns' rewards plus format penalties (step_reward_gamma), normalised with
-        reward_normalization's grouping and method (unset: identity); gigpo adds the episode term and
+        reward_normalization's grouping and pair (norm_mean_type / norm_std_type, unset ones from method; unset
+        section: identity); gigpo adds the episode term and
         compares turns that answered the same observation within one start-state group. Records ROLL's
         system/state_batch_size/{max,mean,min} (turns per anchor group) for gigpo."""
         cfg = self.cfg
@@ -242,9 +244,10 @@ class AgenticPipeline(RLVRPipeline):
                                           cfg.step_reward_gamma)
         norm = self.normalization
         grouping, method = (norm.grouping, norm.method) if norm is not None else ("state", "identity")
+        mean_type, std_type = (norm.norm_mean_type, norm.norm_std_type) if norm is not None else (None, None)
         groups = normalization_groups(grouping, state_ids=state_ids, tag_ids=tag_ids)
         if cfg.adv_estimator == "step_reinforce":
-            return step_algos.step_reinforce(returns, turn_mask, groups, method)
+            return step_algos.step_reinforce(returns, turn_mask, groups, method, mean_type, std_type)
         observation_ids: dict[str, int] = {}
         anchors = torch.full((len(trajectories), turns), -1, dtype=torch.long)
         for i, t in enumerate(trajectories):
@@ -258,7 +261,7 @@ class AgenticPipeline(RLVRPipeline):
                         "system/state_batch_size/min": float(sizes.min())})
         scores = torch.tensor([t.score for t in trajectories])
         return step_algos.gigpo(scores, returns, turn_mask, groups, anchor_groups, method,
-                                cfg.episode_reward_weight, cfg.step_reward_weight).advantages
+                                cfg.episode_reward_weight, cfg.step_reward_weight, mean_type, std_type).advantages
 
     def emit_steps(self, step: int, trajectories: list[Trajectory], rows: list[tuple[int, int, int]],
                    advantages: torch.Tensor, version: int) -> None:

@@ -159,3 +159,15 @@ def test_a_roll_env_config_value_not_built_is_an_error_naming_the_override(key: 
     found = issues({"train_env_manager.tags": ["Box"], "custom_envs": {"Box": box}}, "error")
     messages = [m for path, ms in found.items() if path.startswith("custom_envs.Box.env_config") for m in ms]
     assert len(messages) == 1 and messages[0].endswith(f"override {override}"), found
+
+
+def test_roll_mains_norm_pair_validates_and_bad_types_name_the_valid_values() -> None:
+    """ROLL main's reward_normalization.norm_mean_type / norm_std_type (group mean with batch std, …)."""
+    pair = {"grouping": "traj_group_id", "norm_mean_type": "group", "norm_std_type": "batch"}
+    result = validate_config(changed({**AGENTIC, "reward_normalization": pair}))
+    assert result.errors == [], result.errors
+    norm = result.config.reward_normalization
+    assert (norm.method, norm.norm_mean_type, norm.norm_std_type) == ("identity", "group", "batch")
+    bad = issues({"reward_normalization": {"norm_std_type": "running"}}, "error")
+    [message] = bad["reward_normalization.norm_std_type"]
+    assert "'batch' or 'group'" in message and "~reward_normalization.norm_std_type" in message

@@ -206,11 +206,12 @@ def check_step_estimators(config: PipelineConfig) -> list[ConfigIssue]:
     if estimator == "agentic_reinforce":
         return issues
     norm = config.reward_normalization
-    if norm is None or norm.method == "identity":
+    if norm is None or (norm.method == "identity" and norm.norm_mean_type is None and norm.norm_std_type is None):
         what = "episode scores and step returns" if estimator == "gigpo" else "step returns"
         issues.append(warning("reward_normalization.method" if norm is not None else "reward_normalization",
                               f"identity: {estimator} then uses the raw {what}, with no group baseline (ROLL's "
-                              "GiGPO examples set grouping traj_group_id, i.e. state, and method mean)"))
+                              "GiGPO examples set grouping traj_group_id, i.e. state, and method mean; ROLL main "
+                              "sets norm_mean_type / norm_std_type)"))
     for knob in SCORE_PROCESSING_KNOBS:
         if getattr(config, knob) not in (None, False, "none"):
             issues.append(warning(knob, f"has no effect with adv_estimator {estimator}: it processes the trajectory "

@@ -19,7 +19,19 @@ class RewardNormalization(Section):
     method: Literal["asym_clip", "identity", "mean_std", "mean"] = fld(
         "identity", category="Agentic",
         description="Normalisation inside a group: none, minus the mean, standardised, or standardised and "
-        "clipped to [-1, 3] (docs/algorithms.md).",
+        "clipped to [-1, 3] (docs/algorithms.md). ROLL main's older name for a (norm_mean_type, norm_std_type) "
+        "pair: identity (unset, unset), mean (group, unset), mean_std and asym_clip (group, group); it fills "
+        "only the types left unset.",
+    )
+    norm_mean_type: Literal["batch", "group"] | None = fld(
+        None, category="Agentic",
+        description="Mean subtracted from each trajectory score: its group's (group) or the whole batch's (batch); "
+        "unset: the one method names (ROLL main's agentic reward normalisation).",
+    )
+    norm_std_type: Literal["batch", "group"] | None = fld(
+        None, category="Agentic",
+        description="Std each centred score is divided by: its group's (group) or the whole batch's (batch), a "
+        "group of one or a std of 0 giving 0; unset: the one method names.",
     )
 
     @field_validator("grouping", mode="before")

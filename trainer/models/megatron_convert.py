@@ -1,4 +1,4 @@
-"""Hugging Face <-> Megatron-core weights for the Qwen2 and Llama architectures: pure functions of
+"""Hugging Face <-> Megatron-core weights for the Qwen2, Qwen3 and Llama architectures: pure functions of
 state dicts (torch only; megatron-core is not imported), so every layout rule is testable on CPU.
 
 Megatron's GPTModel (local layer spec) names one decoder layer's tensors, on tensor-parallel rank r of T:
@@ -10,6 +10,8 @@ Megatron's GPTModel (local layer spec) names one decoder layer's tensors, on ten
     pre_mlp_layernorm.weight          HF post_attention_layernorm.weight               replicated
     mlp.linear_fc1.weight             [gate_r; up_r] (each of gate/up split in T)      rows
     mlp.linear_fc2.weight             HF down_proj.weight                              columns split in T
+    self_attention.q_layernorm.weight HF self_attn.q_norm.weight (Qwen3, per head_dim)  replicated
+    self_attention.k_layernorm.weight HF self_attn.k_norm.weight (Qwen3)               replicated
 
 where q_g is query group g's num_heads/num_kv_heads query heads and k_g, v_g its one key and value
 head (grouped-query attention). With T > num_kv_heads Megatron keeps the same fused layout, each rank
@@ -35,7 +37,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-ARCHITECTURES = ("qwen2", "llama")
+ARCHITECTURES = ("qwen2", "qwen3", "llama")
 Head = Literal["lm", "value"]
 
 EMBEDDING = "embedding.word_embeddings.weight"
@@ -65,6 +67,7 @@ class GPTLayout:
     tied_embeddings: bool
     qkv_bias: bool
     head: Head = "lm"
+    qk_norm: bool = False  # Qwen3's q_norm / k_norm: megatron's qk_layernorm
 
     @property
     def heads_per_group(self) -> int:
@@ -78,8 +81,8 @@ class GPTLayout:
 
 
 def gpt_layout(config: Any, head: Head = "lm") -> GPTLayout:
-    """The layout of a Qwen2 or Llama `PretrainedConfig`; anything Megatron's GPTModel would compute
-    differently is refused by name."""
+    """The layout of a Qwen2, Qwen3 or Llama `PretrainedConfig`; anything Megatron's GPTModel would
+    compute differently is refused by name."""
     arch = getattr(config, "model_type", None)
     if arch not in ARCHITECTURES:
         raise ValueError(
@@ -88,6 +91,11 @@ def gpt_layout(config: Any, head: Head = "lm") -> GPTLayout:
     if config.hidden_act != "silu":
         raise ValueError(
             f"{arch}: hidden_act={config.hidden_act!r}; the Megatron conversion builds a SwiGLU (silu) MLP"
+        )
+    if arch == "qwen3" and config.attention_bias:
+        raise ValueError(
+            "qwen3 with attention_bias: Megatron's GPTModel cannot give o_proj a bias without giving "
+            "the MLP one too; only bias-free Qwen3 models (every released one) convert"
         )
     if arch == "llama" and (config.attention_bias or config.mlp_bias):
         raise ValueError(
@@ -108,6 +116,7 @@ def gpt_layout(config: Any, head: Head = "lm") -> GPTLayout:
         tied_embeddings=bool(config.tie_word_embeddings) and head == "lm",
         qkv_bias=arch == "qwen2",
         head=head,
+        qk_norm=arch == "qwen3",
     )
 
 
@@ -204,6 +213,9 @@ def hf_layer_to_megatron(
     }
     if layout.qkv_bias:
         out["self_attention.linear_qkv.bias"] = shard(fused("bias"), 0, tp_size, tp_rank)
+    if layout.qk_norm:  # one head_dim vector applied to every head: each TP rank holds it whole
+        out["self_attention.q_layernorm.weight"] = hf[f"{attn}q_norm.weight"].clone()
+        out["self_attention.k_layernorm.weight"] = hf[f"{attn}k_norm.weight"].clone()
     return out
 
 
@@ -258,6 +270,9 @@ def megatron_layer_to_hf(
         ),
         f"{dst}mlp.down_proj.weight": torch.cat([p["mlp.linear_fc2.weight"] for p in parts], dim=1),
     }
+    if layout.qk_norm:
+        out[f"{dst}self_attn.q_norm.weight"] = parts[0]["self_attention.q_layernorm.weight"].clone()
+        out[f"{dst}self_attn.k_norm.weight"] = parts[0]["self_attention.k_layernorm.weight"].clone()
     gates, ups = zip(*(p["mlp.linear_fc1.weight"].chunk(2, dim=0) for p in parts), strict=True)
     out[f"{dst}mlp.gate_proj.weight"] = torch.cat(gates)
     out[f"{dst}mlp.up_proj.weight"] = torch.cat(ups)

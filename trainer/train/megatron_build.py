@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from trainer.models.megatron_convert import GPTLayout, hf_to_megatron, to_te_names
-from trainer.train.megatron_config import MegatronOptions, gpt_model_kwargs
+from trainer.train.megatron_config import MegatronOptions, gpt_model_kwargs, layer_spec_kwargs
 from trainer.train.megatron_cp import ContextParallel, attend, gather_sequence
 from trainer.train.megatron_lora import is_adapter_key
 
@@ -76,14 +76,15 @@ def seed_model_parallel_rng() -> None:
     tensor_parallel.model_parallel_cuda_manual_seed(seed[0])
 
 
-def layer_spec(use_te: bool, cp: int = 1) -> ModuleSpec:
+def layer_spec(use_te: bool, cp: int = 1, model: Mapping[str, Any] | None = None) -> ModuleSpec:
     """Transformer Engine layers when TE is installed, megatron-core's own otherwise; attention takes
     the explicit (causal + padding) mask. With cp > 1 the core attention is AllGatherKVAttention (also
-    under TE: its ring attention takes causal masks only, not our padding mask; docs/decisions/0058)."""
+    under TE: its ring attention takes causal masks only, not our padding mask; docs/decisions/0058).
+    `model`: the spec's model switches (megatron_config.layer_spec_kwargs: q/k norms, experts)."""
     spec = (
-        get_gpt_layer_with_transformer_engine_spec()
+        get_gpt_layer_with_transformer_engine_spec(**(model or {}))
         if use_te
-        else get_gpt_layer_local_spec(normalization="RMSNorm")
+        else get_gpt_layer_local_spec(normalization="RMSNorm", **(model or {}))
     )
     spec.submodules.self_attention.params["attn_mask_type"] = AttnMaskType.arbitrary
     if cp > 1:
@@ -161,7 +162,7 @@ def build_chunks(
     config: TransformerConfig, layout: GPTLayout, hf_config: Any, options: MegatronOptions
 ) -> list[GPTModel]:
     """This rank's GPTModel chunks (one, or one per virtual pipeline stage)."""
-    spec = layer_spec(HAVE_TE, options.cp)
+    spec = layer_spec(HAVE_TE, options.cp, layer_spec_kwargs(layout, options, te=HAVE_TE))
     chunks = []
     for vp in range(options.vpp or 1):
         vp_stage = vp if options.vpp else None

@@ -145,6 +145,11 @@ def rope_kwargs(hf_config: Any) -> dict[str, Any]:
     )
 
 
+def layer_spec_kwargs(layout: GPTLayout, options: MegatronOptions, *, te: bool) -> dict[str, Any]:
+    """The layer spec's model switches: Qwen3's q/k RMSNorm (qk_layernorm, one head_dim weight each)."""
+    return {"qk_layernorm": layout.qk_norm}
+
+
 def gpt_model_kwargs(layout: GPTLayout, hf_config: Any, tp: int) -> dict[str, Any]:
     """GPTModel's arguments besides the config, layer spec and pipeline position."""
     return {
@@ -178,6 +183,7 @@ def transformer_config_kwargs(
         "activation_func": F.silu,
         "add_bias_linear": False,
         "add_qkv_bias": layout.qkv_bias,
+        "qk_layernorm": layout.qk_norm,
         "hidden_dropout": 0.0,
         "attention_dropout": float(getattr(hf_config, "attention_dropout", 0.0)),
         "tensor_model_parallel_size": options.tp,

@@ -1,4 +1,4 @@
-"""Tiny Qwen2 / Llama models for the megatron tests, and megatron-core's CUDA code paths run on CPU.
+"""Tiny Qwen2 / Qwen3 / Qwen3-MoE / Llama models for the megatron tests, and megatron-core's CUDA code paths run on CPU.
 
 megatron-core 0.16 asks for CUDA in a handful of places, also for fp32 work a CPU does as well: tensors
 created with device="cuda" (the optimizer's loss-scale buffer, gradient-norm buffers),
@@ -24,17 +24,45 @@ from unittest import mock
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 from trainer.models.batch import build_batch, response_logprobs
 
 VOCAB = 301  # odd: tensor parallelism pads the vocabulary by one row at TP 2
-ARCHS = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
+ARCHS = {
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+}
+# Qwen3's head_dim is explicit (16, not hidden_size / heads = 8); the MoE model has 4 experts, top-2
+EXTRA = {
+    "qwen3": {"head_dim": 16},
+    "qwen3_moe": {
+        "head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 24,
+        "norm_topk_prob": True,
+    },
+}
 
 
-def tiny_causal_lm(arch: str, *, tied: bool = False, layers: int = 4, seed: int = 0) -> nn.Module:
-    """A random tiny model with grouped-query attention (4 heads, 2 key/value heads, head_dim 8); every
-    parameter random (norm weights and biases too), so a misplaced tensor cannot go unnoticed."""
+def tiny_causal_lm(
+    arch: str, *, tied: bool = False, layers: int = 4, seed: int = 0, **overrides: Any
+) -> nn.Module:
+    """A random tiny model with grouped-query attention (4 heads, 2 key/value heads, head_dim 8; Qwen3's
+    16); every parameter random (norm weights and biases too), so a misplaced tensor cannot go
+    unnoticed. `overrides`: more config fields."""
     config_cls, model_cls = ARCHS[arch]
     config = config_cls(
         vocab_size=VOCAB,
@@ -46,6 +74,7 @@ def tiny_causal_lm(arch: str, *, tied: bool = False, layers: int = 4, seed: int 
         max_position_embeddings=64,
         tie_word_embeddings=tied,
         rms_norm_eps=1e-6,
+        **(EXTRA.get(arch, {}) | overrides),
     )
     model = model_cls(config)
     generator = torch.Generator().manual_seed(seed)

@@ -35,7 +35,7 @@ SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 # `custom_envs.<tag>.env_type` names them.
 # GEM's (the gem-llm package, trainer.envs.gem) under the names ROLL gives them.
 ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator", "tool_use", "game:GuessTheNumber-v0",
-                              "rg:letter_counting")
+                              "rg:letter_counting", "roll_math", "roll_qa")
 # Each environment's env_config keys (its constructor's parameters; tests/trainer/envs/test_envs.py keeps them
 # equal), so validation names a key an environment would refuse without building one.
 ENV_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
@@ -46,11 +46,13 @@ ENV_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
                  "tool_success_reward"),
     "game:GuessTheNumber-v0": ("min_number", "max_number", "max_turns"),
     "rg:letter_counting": ("size", "seed"),
+    # ROLL's GEM dataset environments (trainer.envs.gem_data): a local dataset's rows
+    "roll_math": ("dataset_name", "split", "question_key", "answer_key", "seed"),
+    "roll_qa": ("dataset_name", "split", "question_key", "answer_key", "seed", "extract_boxed"),
 }
-# ROLL's GEM environments that read a dataset (roll/pipeline/agentic/env/gem/): refused by name, naming the dataset.
+# ROLL's GEM environments that read a dataset (roll/pipeline/agentic/env/gem/) and are not built: refused by name,
+# naming the dataset (roll_math and roll_qa are built: ENV_TYPES, trainer.envs.gem_data).
 ROLL_DATASET_ENVS: dict[str, str] = {
-    "roll_math": "ROLL's GEM math environment, roll/pipeline/agentic/env/gem/math_env.py",
-    "roll_qa": "ROLL's GEM question-answering environment, roll/pipeline/agentic/env/gem/qa_env.py",
     "roll_code": "ROLL's GEM code environment, roll/pipeline/agentic/env/gem/code_env.py",
 }
 # The action format every environment parses by default and ROLL's default `action_pattern`.

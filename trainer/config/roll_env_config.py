@@ -32,6 +32,7 @@ from trainer.config.registries import (
     env_config_defaults,
     env_config_refusals,
 )
+from trainer.config.roll_tools import drop_ignored
 
 if TYPE_CHECKING:
     from trainer.config.sections.agentic import CustomEnvConfig
@@ -72,7 +73,7 @@ def split_roll_env_config(env_type: str, env_config: Mapping[str, Any] | None, *
             raise ValueError(f"{where}.max_steps: {steps} ends ROLL's episode before custom_envs.{tag}.max_steps "
                              f"= {episode_turns} replies, the limit here: override custom_envs.{tag}.max_steps={steps}")
     penalty = options.pop("format_penalty", None) if "format_penalty" in keys else None
-    return options, None if penalty is None else float(penalty)
+    return drop_ignored(env_type, options), None if penalty is None else float(penalty)
 
 
 def env_config_range_errors(env_type: str, env_config: Mapping[str, Any] | None, *,

@@ -11,6 +11,9 @@ written out as native YAML (a foreign file is translated first). Each is one gen
   columns the config reads (`smoke_rows` turns question/answer rows into them; a file of several reward domains
   gets every row once per domain, with that domain's routing tag and what its reward reads: DOMAIN_ROWS);
   `dataset_dir` is unset.
+- **environment data**: every dataset environment (roll_math, roll_qa) reads `data_file` too
+  (`env_config.dataset_name`): `smoke_rows` also puts each row's question and answer in the columns it reads
+  (its question_key / answer_key).
 - **one device**: every role's `device_mapping` is `[0]` on one node, with every parallel size of its
   strategy at 1 (Megatron's TP/PP/CP/EP, vLLM's TP/PP, FSDP2's shard and Ulysses sizes, DeepSpeed's hpZ); vLLM runs on
   CPU in float32 and eager, with a 64 MiB KV cache, its model length fitting the smoke's lengths and the whole
@@ -37,6 +40,7 @@ from trainer.config.confinement import path_fields
 from trainer.config.issues import ConfigIssue
 from trainer.config.preflight import FLASH_PACKAGES, installed
 from trainer.config.registries import ROLL_REWARD_WORKERS
+from trainer.config.roll_tools import dataset_columns
 from trainer.config.schema import DeepSpeedConfig, Fsdp2Config, MegatronConfig, PipelineConfig, VllmConfig
 from trainer.config.topology import (
     TRAINING_ROLES,
@@ -101,7 +105,7 @@ def smoke_overrides(config: PipelineConfig, *, model: str, data_file: str, outpu
         f"num_return_sequences_in_group={group}", f"prompt_length={PROMPT_TOKENS}",
         f"response_length={RESPONSE_TOKENS}", "ppo_epochs=1", "sequence_length=null",
     ]
-    out += _agentic_overrides(config)
+    out += _agentic_overrides(config, data_file)
     if config.pretrain is not None:
         out.append(f"pretrain={model}")
     if config.reward_pretrain is not None:
@@ -135,9 +139,10 @@ def _judge_overrides(role: str, worker: Any, samples: int) -> list[str]:
             f"{role}.model_args.model_config_kwargs.max_position_embeddings={JUDGE_TOKENS}"]
 
 
-def _agentic_overrides(config: PipelineConfig) -> list[str]:
+def _agentic_overrides(config: PipelineConfig, data_file: str) -> list[str]:
     """Each env manager plays one group per tag of at most MAX_GROUP environments, as many trajectories as the
-    batch needs; every environment's episode ends after EPISODE_STEPS replies of RESPONSE_TOKENS tokens."""
+    batch needs; every environment's episode ends after EPISODE_STEPS replies of RESPONSE_TOKENS tokens; a dataset
+    environment reads its questions from `data_file`."""
     out = []
     for name in ("train_env_manager", "val_env_manager"):
         manager = getattr(config, name)
@@ -151,6 +156,8 @@ def _agentic_overrides(config: PipelineConfig) -> list[str]:
         out += [f"custom_envs.{tag}.max_steps={EPISODE_STEPS}", f"custom_envs.{tag}.max_tokens_per_step={RESPONSE_TOKENS}"]
         if env.max_actions_per_traj is not None:
             out.append(f"custom_envs.{tag}.max_actions_per_traj={EPISODE_STEPS}")
+        if dataset_columns(env.env_type, env.env_config) is not None:
+            out.append(f"custom_envs.{tag}.env_config.dataset_name={data_file}")
     return out
 
 
@@ -239,7 +246,10 @@ def smoke_rows(config: PipelineConfig, rows: Iterable[Mapping[str, str]]) -> lis
     A file of several reward domains (`domain_interleave_probs`, ROLL's multi-domain RLVR) gets every row once per
     domain, in the domain's `domain` column and under the first tag its reward routes (`tag_included`), with what
     that reward reads (DOMAIN_ROWS): an answer letter for CrossThinkQA, an instruction constraint for IFEval, test
-    cases for the code sandbox; math and the LLM judge compare with the row's own answer."""
+    cases for the code sandbox; math and the LLM judge compare with the row's own answer.
+
+    Each dataset environment (roll_math, roll_qa) reads the rows too: the question and the answer also go in its
+    question and answer columns (env_config's question_key / answer_key) when the layout has not filled them."""
     data_args = config.actor_train.data_args
     prompt = (data_args.prompt if data_args else None) or "prompt"
     messages = data_args.messages if data_args else None
@@ -256,6 +266,7 @@ def smoke_rows(config: PipelineConfig, rows: Iterable[Mapping[str, str]]) -> lis
             tags = section.tag_included if section is not None else []
             streams.append((domain, tags[0] if tags else domain,
                             reward_kind(config, domain) if section is not None else "math_rule"))
+    env_columns = [c for env in config.custom_envs.values() if (c := dataset_columns(env.env_type, env.env_config))]
     out = []
     for stream_domain, stream_tag, kind in streams:
         prefix, reference, columns = DOMAIN_ROWS.get(kind, ("", None, {}))
@@ -272,6 +283,9 @@ def smoke_rows(config: PipelineConfig, rows: Iterable[Mapping[str, str]]) -> lis
             if stream_domain is not None:  # ROLL's files name their domains; its rows must carry them
                 laid["domain"] = stream_domain
             laid.update(columns)
+            for question_key, answer_key in env_columns:
+                laid.setdefault(question_key, question)
+                laid.setdefault(answer_key, row["answer"])
             out.append(laid)
     return out
 

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainer.config.roll_env_config import episode_turns, split_roll_env_config
+from trainer.config.roll_tools import split_tool_wrapper
 from trainer.envs.base import Env
+from trainer.envs.gem_tools import wrap
 from trainer.envs.registry import env_manager_kind, make_env
 
 if TYPE_CHECKING:
@@ -131,7 +133,15 @@ class EnvManager:
                                                  episode_turns=self.limits(tag).max_turns)
         if penalty is not None:  # ROLL's environment-level format_penalty (trainer.config.roll_env_config)
             self.format_penalties[tag] = penalty
-        return make_env(spec.env_type, options, where=f"custom_envs.{tag}.env_type", pipeline=self.pipeline)
+        env = make_env(spec.env_type, options, where=f"custom_envs.{tag}.env_type", pipeline=self.pipeline)
+        if spec.tool_wrapper is None:
+            return env
+        wrapper_args, tool_configs = split_tool_wrapper(spec.tool_wrapper, tag=tag)  # ROLL's tools around it
+        try:
+            return wrap(env, wrapper_args, tool_configs)
+        except ValueError as exc:
+            raise ValueError(f"custom_envs.{tag}.tool_wrapper: {exc}; without it the environment plays without "
+                             f"tools: override ~custom_envs.{tag}.tool_wrapper") from None
 
     def penalty(self, tag: str) -> float:
         """The reward added to a reply of `tag`'s environment that breaks the action format."""

@@ -13,12 +13,13 @@ from trainer.config.registries import ROLL_ENV_MANAGERS, ROLL_UNSUPPORTED_ENV_MA
 from trainer.envs.base import Env
 from trainer.envs.calculator import Calculator
 from trainer.envs.gem import GuessTheNumber, LetterCounting
+from trainer.envs.gem_data import RollMath, RollQa
 from trainer.envs.grid import FrozenLake, Sokoban
 from trainer.envs.tools import ToolUse
 
 ENVS: dict[str, type[Env]] = {"frozen_lake": FrozenLake, "sokoban": Sokoban, "calculator": Calculator,
                               "tool_use": ToolUse, "game:GuessTheNumber-v0": GuessTheNumber,
-                              "rg:letter_counting": LetterCounting}
+                              "rg:letter_counting": LetterCounting, "roll_math": RollMath, "roll_qa": RollQa}
 # Pipeline-level keys an environment may take as keyword-only parameters (never from env_config).
 PIPELINE_KEYS: tuple[str, ...] = ("parse_tool_call_parameter_to_dict",)
 

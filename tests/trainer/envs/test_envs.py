@@ -3,11 +3,14 @@ calculator, the registries that refuse unknown names, and the env manager's grou
 
 from __future__ import annotations
 
+import json
 from collections import deque
+from pathlib import Path
 
 import pytest
 
 from trainer.config.registries import ANSWER_TAG_PATTERN, ENV_CONFIG_KEYS, ENV_TYPES
+from trainer.config.roll_tools import DATASET_COLUMNS
 from trainer.config.schema import CustomEnvConfig, EnvManagerConfig
 from trainer.envs.actions import ANSWER_TAG, parse_action
 from trainer.envs.calculator import Calculator, CalculatorError, evaluate, format_number
@@ -18,8 +21,19 @@ from trainer.envs.registry import ENVS, env_config_keys, env_manager_kind, make_
 # -- determinism --------------------------------------------------------------------------------
 
 
+def default_config(env_type: str, tmp_path: Path) -> dict[str, str]:
+    """{} (the environment's defaults), or for a dataset environment a local file of 30 rows in its columns."""
+    columns = DATASET_COLUMNS.get(env_type)
+    if columns is None:
+        return {}
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(dict(zip(columns, (f"What is {i} + 1?", str(i + 1)), strict=True))) + "\n"
+                            for i in range(30)), encoding="utf-8")
+    return {"dataset_name": str(path)}
+
+
 @pytest.mark.parametrize("env_type", ENV_TYPES)
-def test_same_seed_same_episode_and_seeds_differ(env_type: str) -> None:
+def test_same_seed_same_episode_and_seeds_differ(env_type: str, tmp_path: Path) -> None:
     replies = [
         "<answer>Down</answer>",
         "<answer>Right</answer>",
@@ -29,8 +43,10 @@ def test_same_seed_same_episode_and_seeds_differ(env_type: str) -> None:
         "<answer>Left</answer>",
     ]
 
+    config = default_config(env_type, tmp_path)
+
     def episode(seed: int) -> list[object]:
-        env = make_env(env_type)
+        env = make_env(env_type, config)
         out: list[object] = [env.reset(seed), env.render()]
         for reply in replies:
             result = env.step(reply)
@@ -40,7 +56,7 @@ def test_same_seed_same_episode_and_seeds_differ(env_type: str) -> None:
         return out
 
     assert episode(11) == episode(11)
-    assert len({make_env(env_type).reset(seed) for seed in range(20)}) > 1  # the seed chooses the layout
+    assert len({make_env(env_type, config).reset(seed) for seed in range(20)}) > 1  # the seed chooses the layout
 
 
 # -- FrozenLake ---------------------------------------------------------------------------------

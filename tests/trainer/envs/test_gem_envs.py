@@ -123,34 +123,27 @@ def test_step_concat_prompt_is_the_recent_observations_one_per_line() -> None:
     )
 
 
-def test_roll_dataset_environments_are_refused_naming_their_dataset(tmp_path) -> None:
+def test_a_hub_dataset_validates_and_roll_code_is_refused_naming_its_dataset(tmp_path) -> None:
+    """roll_math / roll_qa are built (test_gem_dataset_envs.py): a Hugging Face id validates as a model id does,
+    and is looked for when the environment is built; ROLL's code environment is still refused by name."""
     from trainer.config import validate_config
 
-    path = tmp_path / "run.yaml"
-    path.write_text(
-        "pipeline: agentic\ncustom_envs:\n  M:\n    env_type: roll_math\n    env_config:\n"
-        "      dataset_name: open-r1/DAPO-Math-17k-Processed\n"
-        "train_env_manager:\n  env_groups: 1\n  group_size: 1\n  tags: [M]\n",
-        encoding="utf-8",
-    )
-    errors = {str(issue) for issue in validate_config(path, []).errors}
+    def errors(env_type: str) -> set[str]:
+        path = tmp_path / "run.yaml"
+        path.write_text(
+            f"pipeline: agentic\ncustom_envs:\n  M:\n    env_type: {env_type}\n    env_config:\n"
+            "      dataset_name: open-r1/DAPO-Math-17k-Processed\n"
+            "train_env_manager:\n  env_groups: 1\n  group_size: 1\n  tags: [M]\n",
+            encoding="utf-8",
+        )
+        return {
+            str(issue) for issue in validate_config(path, []).errors if issue.path.startswith("custom_envs.")
+        }
+
+    assert errors("roll_math") == set()
     assert any(
-        e.startswith("custom_envs.M.env_type: 'roll_math'")
+        e.startswith("custom_envs.M.env_type: 'roll_code'")
         and "'open-r1/DAPO-Math-17k-Processed'" in e
         and "not built" in e
-        for e in errors
-    ), errors
-
-
-def test_env_config_acts() -> None:
-    """size/seed choose reasoning-gym's dataset; min_number/max_number bound GuessTheNumber's target."""
-    questions = {
-        seed: envs("rg:letter_counting", {"size": 20, "seed": seed}).make_env("G").reset(5) for seed in (1, 2)
-    }
-    assert questions[1] != questions[2]
-    manager = envs("game:GuessTheNumber-v0", {"min_number": 7, "max_number": 8, "max_turns": 2})
-    env = manager.make_env("G")
-    assert "between 7 and 8" in env.reset(3) and env.gem.game_number in (7, 8)
-    assert env.step(r"\boxed{9}").observation.startswith(
-        "At turn 1, you guessed 9, which is outside the range"
+        for e in errors("roll_code")
     )

@@ -150,11 +150,12 @@ def test_validation_takes_step_managers_and_refuses_unbuilt_ones() -> None:
                               "~custom_envs.FrozenLake.env_manager_cls"]
 
 
-def test_rolls_tool_wrapper_is_a_known_key_that_says_it_is_not_built() -> None:
+def test_rolls_tool_wrapper_is_checked_and_names_the_override_that_removes_it() -> None:
     from trainer.config import load_raw, validate_config
 
-    raw = load_raw(AGENTIC, ["+custom_envs.FrozenLake.tool_wrapper={wrapper_args: {max_tool_uses: 5}}"])
-    result = validate_config(raw)
-    assert result.errors == []
-    [warning] = [i for i in result.warnings if i.path == "custom_envs.FrozenLake.tool_wrapper"]
-    assert "not built" in warning.message and "tool_use" in warning.message
+    where = "custom_envs.FrozenLake.tool_wrapper"
+    raw = load_raw(AGENTIC, [f"+{where}={{wrapper_args: {{max_tool_uses: 5}}}}"])
+    [error] = [str(i) for i in validate_config(raw).errors]
+    assert error.startswith(f"{where}.tool_configs: None;") and error.endswith(f"override ~{where}")
+    code = "{wrapper_args: {max_tool_uses: 5}, tool_configs: [{tool_id: python_code, tool_args: {timeout: 5}}]}"
+    assert validate_config(load_raw(AGENTIC, [f"+{where}={code}"])).errors == []

@@ -8,6 +8,7 @@ import typing
 from typing import Any
 
 from trainer.config.checks.common import NOT_BUILT, error, warning
+from trainer.config.checks.gem_envs import gem_env_issues
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import (
     ENV_CONFIG_KEYS,
@@ -51,6 +52,7 @@ def check_agentic(config: PipelineConfig) -> list[ConfigIssue]:
     issues += _custom_env_issues(config)
     issues += _agentic_mode_issues(config)
     issues += _tool_call_issues(config)
+    issues += gem_env_issues(config)  # roll_math / roll_qa data, tool_wrapper
     return issues
 
 

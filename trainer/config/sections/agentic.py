@@ -127,9 +127,9 @@ class CustomEnvConfig(Section):
     )
     tool_wrapper: dict[str, Any] | None = fld(
         None, category="Agentic",
-        inactive=planned("ROLL's tool_wrapper (tools such as python_code around an environment; ROLL's examples wrap "
-                         "GEM math and QA environments, which are not built: tool calls act in env_type tool_use)"),
-        description="ROLL: tools wrapped around this environment (wrapper_args, tool_configs).",
+        description="ROLL's tools around this environment, as GEM's ToolEnvWrapper plays them: wrapper_args "
+        "(tool_reward, tool_success_reward, max_tool_uses) and tool_configs [{tool_id, tool_args}]; built tool: "
+        "python_code, run in the bubblewrap sandbox (search and mcp call outside services and are refused).",
     )
     agent_runner_cls: str | None = fld(
         None, category="Agentic", inactive=import_only("classes named in a config are never imported; environments "

@@ -4,6 +4,8 @@ cannot run is refused with a clear reason — on a machine without CUDA, the str
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -31,6 +33,9 @@ ROLL_ACTOR = {
     "recompute_granularity": "full",
 }  # examples/roll_rlvr_megatron.yaml
 MEG_CFG = "actor_train.strategy_args.strategy_config"
+ROLL_CP_FILE = (
+    Path(__file__).parents[2] / "fixtures/foreign_corpus/roll/qwen3-30BA3B-rlvr_megatron/rlvr_config.yaml"
+)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
@@ -227,6 +232,16 @@ def test_megatron_configs_validate_and_preflight_wants_cuda_devices() -> None:
         in found["actor_train.device_mapping"]
     )
     assert "megatron_infer needs 1 CUDA device(s)" in found["reference.device_mapping"]
+
+
+def test_rolls_context_parallel_megatron_file_validates_as_shipped() -> None:
+    """ROLL's qwen3-30BA3B-rlvr_megatron/rlvr_config.yaml trains with TP 1 × PP 2 × CP 4 on 32 GPUs (refused as
+    not built before docs/decisions/0058)."""
+    result = validate_config(ROLL_CP_FILE)
+    assert result.ok, result.errors
+    assert result.config is not None
+    assert result.config.actor_train.strategy_args.strategy_config.context_parallel_size == 4
+    assert result.derived["actor_train.dp_size"] == 4  # 32 devices / (1 × 2 × 4)
 
 
 def test_context_parallelism_validates_and_must_divide_the_world() -> None:

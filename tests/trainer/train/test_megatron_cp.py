@@ -1,8 +1,9 @@
 """Megatron context parallelism (all-gather-KV attention, trainer.train.megatron_cp; docs/decisions/0058):
 the zigzag split is megatron's own and inverts exactly; the attention of each simulated rank's queries
 equals full causal attention (torch's scaled_dot_product_attention); two gloo ranks with
-context_parallel_size 2 compute the HF model's log-probs and values, and one training step lands on
-torch_train's weights — so the gradient reduction over the data-parallel-with-CP group scales right.
+context_parallel_size 2 compute the HF model's log-probs and values, one training step lands on
+torch_train's weights — so the gradient reduction over the data-parallel-with-CP group scales right — and
+their distributed checkpoint resumes exactly.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def test_each_ranks_attention_equals_full_causal_attention(cp: int) -> None:
 CP2 = {"context_parallel_size": 2}
 
 
-def cp_case(rank: int, world_size: int) -> dict[str, Any]:
+def cp_case(rank: int, world_size: int, out_dir: Path) -> dict[str, Any]:
     """Each rank is handed its own half of the batch, as the workers hand it; the CP ranks join them."""
     from megatron.core import parallel_state
 
@@ -129,6 +130,10 @@ def cp_case(rank: int, world_size: int) -> dict[str, Any]:
     micro = [{k: v.chunk(2)[i] for k, v in rows.items()} for i in range(2)]
     metrics = strategy.train_step(micro, loss_fn)
     trained = strategy.full_state_dict()
+    strategy.save_checkpoint(out_dir / "ckpt")  # a distributed checkpoint written by both CP ranks
+    going_on = strategy.train_step(micro, loss_fn)
+    strategy.load_checkpoint(out_dir / "ckpt")
+    resumed = strategy.train_step(micro, loss_fn) == going_on
     parallel_state.destroy_model_parallel()
     critic = ValueModel(tiny_causal_lm("qwen2"))
     with torch.no_grad():
@@ -143,11 +148,12 @@ def cp_case(rank: int, world_size: int) -> dict[str, Any]:
         "metrics": metrics,
         "trained": trained,
         "values": values,
+        "resumed": resumed,
     }
 
 
 def test_two_context_parallel_ranks_equal_one_process(tmp_path: Path) -> None:
-    ranks = run_ranks(cp_case, 2, tmp_path)
+    ranks = run_ranks(cp_case, 2, tmp_path, tmp_path)
     batch = rollout_batch(4, seed=5)
     assert batch["input_ids"].shape[1] % 4  # the width is padded to 2·cp chunks
     hf = tiny_causal_lm("qwen2")
@@ -167,6 +173,7 @@ def test_two_context_parallel_ranks_equal_one_process(tmp_path: Path) -> None:
     for r in range(2):  # every CP rank computed the whole loss and the same gradient norm
         assert ranks[r]["metrics"]["loss"] == pytest.approx(expected["loss"], rel=1e-6)
         assert ranks[r]["metrics"]["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-5)
+    assert ranks[0]["resumed"] and ranks[1]["resumed"]  # the checkpoint resumes exactly
     assert ranks[1]["trained"] == {}  # full weights gather on world rank 0 only
     for key, value in expected_state.items():
         torch.testing.assert_close(ranks[0]["trained"][key], value, rtol=0, atol=1e-6, msg=key)

@@ -29,7 +29,8 @@ class MegatronConfig(Section):
     )
     context_parallel_size: int = fld(
         1, category="Strategy", ge=1,
-        description="Context-parallel degree (CP): long sequences split across ranks. This build runs 1 only.",
+        description="Context-parallel degree (CP): each rank holds 2 of 2·CP sequence chunks and its attention "
+        "gathers the keys and values of the CP group (all-gather KV, docs/decisions/0058).",
     )
     expert_model_parallel_size: int = fld(
         1, category="Strategy", ge=1, inactive=MEGATRON_MOE,

@@ -63,6 +63,20 @@ if TYPE_CHECKING:
     from trainer.config.schema import PipelineConfig
 
 
+def padded_rows(count: int, multiple: int) -> list[int]:
+    """The rows of a training batch of `count` real rows, padded by copies to a multiple of `multiple`
+    (ROLL's agentic batch_adjust_mode "copy", agentic_pipeline.py:733-739):
+
+        rows = [0, 1, …, count − 1] + [j mod count for j in 0 … (−count mod multiple) − 1]
+
+    e.g. 128 trajectories, multiple 512 → 512 rows, each trajectory 4 times: one optimizer step whose
+    gradient is the 128's own. ROLL draws the copies at random (np.random.choice); this takes them in order,
+    so every row is copied ⌊added ÷ count⌋ or one more times."""
+    if count <= 0 or multiple <= 0:
+        raise ValueError(f"padded_rows: {count} rows to a multiple of {multiple}")
+    return list(range(count)) + [j % count for j in range(-count % multiple)]
+
+
 def build_env_managers(cfg: PipelineConfig) -> tuple[EnvManager, EnvManager | None]:
     """(training, evaluation) env managers; raises for a bad layout or env before any worker starts."""
     assert cfg.train_env_manager is not None
@@ -164,6 +178,7 @@ class AgenticPipeline(RLVRPipeline):
                        if cfg.adv_estimator in step_algos.TURN_SCORE_ESTIMATORS else None)
         if self.train_envs.step_wise:
             rows = self.step_rows(trajectories)
+            metrics["system/batch_add_count"] = float(len(rows) - len(step_rows(trajectories)))
             batch = step_batch(trajectories, self.tokenizer.pad_token_id)
             batch = {key: value[torch.tensor([r for r, _, _ in rows])] for key, value in batch.items()}
             mask = batch["response_mask"]
@@ -178,14 +193,20 @@ class AgenticPipeline(RLVRPipeline):
             prompt_lengths = torch.tensor([len(s.prompt_ids) for s in steps])
             truncated = torch.tensor([trajectories[i].done_reason == "max_length" for _, i, _ in rows])
         else:
-            batch = trajectory_batch(trajectories, self.tokenizer.pad_token_id)
+            # rows 0..n-1 are the trajectories in order, then the copies that fill whole optimizer steps
+            owner = torch.tensor(padded_rows(len(trajectories), self.rows_multiple()))
+            metrics["system/batch_add_count"] = float(len(owner) - len(trajectories))
+            batch = {key: value[owner]
+                     for key, value in trajectory_batch(trajectories, self.tokenizer.pad_token_id).items()}
             mask = batch["response_mask"]
-            row_scores, groups_of_rows, owner = scores, state_ids, torch.arange(len(trajectories))
-            turn_ids = (turn_index(trajectories, mask.size(1)) if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS
-                        else None)
-            engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))
-            prompt_lengths = torch.tensor([len(t.prompt_ids) for t in trajectories])
-            truncated = torch.tensor([t.done_reason == "max_length" for t in trajectories])
+            row_scores, groups_of_rows = scores[owner], state_ids[owner]
+            turn_ids = (turn_index(trajectories, mask.size(1))[owner]
+                        if cfg.adv_estimator in step_algos.STEP_ADV_ESTIMATORS else None)
+            if turn_scores is not None:
+                turn_scores = turn_scores[owner]
+            engine_log_probs = padded([t.logprobs for t in trajectories], mask.size(1))[owner]
+            prompt_lengths = torch.tensor([len(t.prompt_ids) for t in trajectories])[owner]
+            truncated = torch.tensor([t.done_reason == "max_length" for t in trajectories])[owner]
             # the health checks link the trajectories cut at max_length; no tokens: replies repeat their action
             # format turn after turn, which is no loop
             self.step_samples = [SampleFacts(t.episode.state_id, t.episode.sample_index,
@@ -212,12 +233,10 @@ class AgenticPipeline(RLVRPipeline):
                            staleness=int(staleness.max()), samples=len(owner))
         return metrics
 
-    def step_rows(self, trajectories: list[Trajectory]) -> list[tuple[int, int, int]]:
-        """(row of step_batch, trajectory, reply) of each training row of a step-wise batch: every reply, then
-        copies of the first replies until the rows fill whole optimizer steps of every training role and split
-        evenly over the sharded roles' ranks (ROLL's agentic pipeline pads its step batch the same way, by
-        copying rows)."""
-        real = [(r, i, k) for r, (i, k) in enumerate(step_rows(trajectories))]
+    def rows_multiple(self) -> int:
+        """The row count every training batch is padded to a multiple of: lcm of every training role's
+        global batch (per_device_train_batch_size × gradient_accumulation_steps × dp) and the sharded roles'
+        rank counts (ROLL's adjust_batch size_divide, agentic_pipeline.py:680-699)."""
         if self.row_multiple is None:
             multiple = 1
             for role in topology.TRAINING_ROLES:
@@ -227,7 +246,14 @@ class AgenticPipeline(RLVRPipeline):
                 if role in self.groups:
                     multiple = math.lcm(multiple, len(roles.group_named(self.groups, role).call_all(roles.Role.ping)))
             self.row_multiple = multiple
-        return real + [real[j % len(real)] for j in range(-len(real) % self.row_multiple)]
+        return self.row_multiple
+
+    def step_rows(self, trajectories: list[Trajectory]) -> list[tuple[int, int, int]]:
+        """(row of step_batch, trajectory, reply) of each training row of a step-wise batch: every reply, then
+        copies (padded_rows) until the rows fill whole optimizer steps of every training role and split
+        evenly over the sharded roles' ranks."""
+        real = [(r, i, k) for r, (i, k) in enumerate(step_rows(trajectories))]
+        return [real[j] for j in padded_rows(len(real), self.rows_multiple())]
 
     def turn_scores(self, trajectories: list[Trajectory], state_ids: torch.Tensor, tag_ids: torch.Tensor,
                     metrics: dict[str, float]) -> torch.Tensor:

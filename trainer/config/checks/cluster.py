@@ -159,6 +159,41 @@ def _small_divisors(n: int, limit: int = 64) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def padded_batch(samples: int, multiple: int) -> int:
+    """Rows of an agentic batch of `samples` rows padded by copies to a multiple of `multiple`
+    (trainer.pipeline.agentic.padded_rows): ⌈samples ÷ multiple⌉ × multiple, e.g. 128 to 512 → 512."""
+    return -(-samples // multiple) * multiple
+
+
+def agentic_row_multiple(config: PipelineConfig) -> int:
+    """What the agentic pipeline pads a batch to a multiple of (AgenticPipeline.rows_multiple): lcm of every
+    training role's per_device_train_batch_size × gradient_accumulation_steps × dp and of the workers of the
+    sharded roles (reference, actor_train, critic)."""
+    multiple = 1
+    for role in TRAINING_ROLES:
+        if getattr(config, role) is not None:
+            multiple = math.lcm(multiple, train_shape(config, role).global_batch)
+    for role, worker in roles(config).items():
+        if role in ("reference", *TRAINING_ROLES):
+            multiple = math.lcm(multiple, world_size(role, worker))
+    return multiple
+
+
+def _agentic_batch_issue(config: PipelineConfig, role: str, samples: int, step: int, head: str) -> ConfigIssue:
+    """ROLL's agentic pipeline pads or trims the batch to whole optimizer steps (adjust_batch, batch_adjust_mode);
+    copy, its default, is built: the warning says what one step trains."""
+    rows = padded_batch(samples, agentic_row_multiple(config))
+    if config.batch_adjust_mode != "copy":
+        return error("batch_adjust_mode", f"{head}; ROLL's agentic pipeline fixes that with batch_adjust_mode "
+                     f"{config.batch_adjust_mode!r}, which is not built in this version of PolicyLab; built: copy "
+                     f"(pads the batch with copies of its rows to {rows}); override batch_adjust_mode=copy")
+    steps = rows // step * config.ppo_epochs
+    return warning(f"{role}.training_args.gradient_accumulation_steps",
+                   f"{head}: each step pads the batch with {rows - samples} copies of its rows to {rows} (ROLL's "
+                   f"batch_adjust_mode copy), {steps} optimizer step{'s' if steps > 1 else ''} per rollout "
+                   "(step-wise env managers count replies, not trajectories)")
+
+
 def _batch_issue(config: PipelineConfig, role: str, worker: WorkerConfig) -> ConfigIssue | None:
     shape = train_shape(config, role)
     if shape.whole:
@@ -169,6 +204,10 @@ def _batch_issue(config: PipelineConfig, role: str, worker: WorkerConfig) -> Con
         f"{config.num_return_sequences_in_group} = {samples} samples per step is not a whole number of optimizer "
         f"steps of per_device_train_batch_size × gradient_accumulation_steps × dp = {micro} × {accum} × {dp} = {step}"
     )
+    if config.train_env_manager is not None:
+        head = (f"rollout_batch_size = {samples} trajectories per step is not a whole number of optimizer steps of "
+                f"per_device_train_batch_size × gradient_accumulation_steps × dp = {micro} × {accum} × {dp} = {step}")
+        return _agentic_batch_issue(config, role, samples, step, head)
     path = f"{role}.training_args.gradient_accumulation_steps"
     if samples % (micro * dp) == 0:
         per_rank = samples // (micro * dp)

@@ -12,7 +12,8 @@ def check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
     issues = []
     if config.adv_estimator == "gae" and config.critic is None:
         issues.append(error("critic", "adv_estimator gae needs a critic section (a value model); without one, "
-                            "REINFORCE++ is the nearest built estimator: override adv_estimator=reinforce_plus_plus"))
+                            f"REINFORCE++ is the nearest built estimator{_rollout_only_note(config)}: "
+                            "override adv_estimator=reinforce_plus_plus"))
     if config.critic is not None and config.adv_estimator != "gae":
         issues.append(warning("critic", f"unused: adv_estimator {config.adv_estimator} does not use a value model"))
     if config.use_kl_loss and config.add_token_level_kl:
@@ -32,6 +33,16 @@ def check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
                               "and add_token_level_kl is off"))
     issues += _policy_loss_issues(config)
     return issues
+
+
+def _rollout_only_note(config: PipelineConfig) -> str:
+    """An agentic file with no actor_train section is ROLL's rollout-only pipeline (decision 0062): it never
+    trains, so gae there needs no critic, and PolicyLab has no such run."""
+    if config.train_env_manager is None or "actor_train" in config.model_fields_set:
+        return ""
+    return ("; this agentic file has no actor_train section: in ROLL it runs AgenticRolloutPipeline "
+            "(examples/start_agentic_rollout_pipeline.py), which plays and dumps trajectories and trains nothing, "
+            "and PolicyLab has no rollout-only run, so the override trains the policy as well")
 
 
 PG_VARIANTS_BUILT = ("ppo", "topr")  # ROLL's pg_variant values this build runs (tis, cispo, kimi15 are not)

@@ -153,8 +153,9 @@ class AgenticKnobs(Section):
     )
     batch_adjust_mode: Literal["copy", "delete", "auto", "random_sample"] = fld(
         "copy", category="Agentic",
-        inactive=import_only("an agentic batch is exactly rollout_batch_size trajectories; nothing is adjusted"),
-        description="How ROLL pads or trims a batch of trajectories to the training batch size.",
+        description="How a batch of trajectories (step-wise managers: replies) that is not a whole number of "
+        "optimizer steps is made one: copy pads it with copies of its rows (the only mode built; delete, auto and "
+        "random_sample are refused where the batch needs adjusting). A whole batch is never adjusted.",
     )
     episode_reward_weight: float = fld(
         1.0, category="Agentic", ge=0,

@@ -13,7 +13,10 @@ written out as native YAML (a foreign file is translated first). Each is one gen
   `dataset_dir` is unset.
 - **environment data**: every dataset environment (roll_math, roll_qa) reads `data_file` too
   (`env_config.dataset_name`): `smoke_rows` also puts each row's question and answer in the columns it reads
-  (its question_key / answer_key).
+  (its question_key / answer_key). A tool_wrapper's python_code tool gets a one-line instruction
+  (SMOKE_TOOL_INSTRUCTION; ROLL's is ~1000 tokens, which no first prompt of the smoke's length holds). A file that
+  plays roll_qa, which wraps every question in GEM's think/answer prompt, gets QA_PROMPT_TOKENS more prompt room
+  (`smoke_prompt_tokens`).
 - **one device**: every role's `device_mapping` is `[0]` on one node, with every parallel size of its
   strategy at 1 (Megatron's TP/PP/CP/EP, vLLM's TP/PP, FSDP2's shard and Ulysses sizes, DeepSpeed's hpZ); vLLM runs on
   CPU in float32 and eager, with a 64 MiB KV cache, its model length fitting the smoke's lengths and the whole
@@ -33,6 +36,7 @@ not installed) is not swapped for another; preflight then says why the smoke can
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -55,6 +59,7 @@ SMOKE_STEPS = 2
 PROMPTS_PER_STEP = 2
 MAX_GROUP = 4
 PROMPT_TOKENS = 256
+QA_PROMPT_TOKENS = 128  # GEM's QaEnv prompt around each question (trainer.envs.gem_data.QA_PROMPT)
 RESPONSE_TOKENS = 8
 JUDGE_TOKENS = 2048  # a judge's prompt and reply (_judge_overrides)
 VLLM_KV_BYTES = 64 * 1024**2
@@ -62,6 +67,7 @@ MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", 
                   "expert_model_parallel_size")
 EPISODE_STEPS = 2  # replies per agentic episode
 MAX_DOMAIN_BATCH = 64  # the most prompts a multi-domain step may take to give every domain one
+SMOKE_TOOL_INSTRUCTION = "Python code in <code>...</code> runs in a sandbox; print what you need."
 TINY = "tiny://tiny?seed=0"
 TINY_VLLM = "tiny://tiny32?seed=0"  # vLLM's CPU attention needs head_dim >= 32 (engine_limits.VLLM_CPU_HEAD_SIZES)
 
@@ -92,17 +98,24 @@ def smoke_prompts(config: PipelineConfig, manager: str = "train_env_manager") ->
     return PROMPTS_PER_STEP
 
 
+def smoke_prompt_tokens(config: PipelineConfig) -> int:
+    """The smoke's prompt_length: PROMPT_TOKENS, plus QA_PROMPT_TOKENS when a roll_qa environment is defined."""
+    qa = any(env.env_type == "roll_qa" for env in config.custom_envs.values())
+    return PROMPT_TOKENS + (QA_PROMPT_TOKENS if qa else 0)
+
+
 def smoke_overrides(config: PipelineConfig, *, model: str, data_file: str, output_dir: str) -> list[str]:
     """The native overrides that shrink `config` to a 2-step run on this machine (see the module docstring)."""
     group = min(config.num_return_sequences_in_group, MAX_GROUP)
     prompts = smoke_prompts(config)
     samples = prompts * group
+    prompt_tokens = smoke_prompt_tokens(config)
     out = [
         f"max_steps={SMOKE_STEPS}", f"save_steps={SMOKE_STEPS}", "eval_steps=0", "val_before_train=false",
         "logging_steps=1", "track_with=none", "resume_from_checkpoint=false", f"output_dir={output_dir}",
         f"logging_dir={output_dir}/logs", "num_nodes=1", "num_gpus_per_node=1",
         f"rollout_batch_size={prompts}", f"val_batch_size={smoke_prompts(config, 'val_env_manager')}",
-        f"num_return_sequences_in_group={group}", f"prompt_length={PROMPT_TOKENS}",
+        f"num_return_sequences_in_group={group}", f"prompt_length={prompt_tokens}",
         f"response_length={RESPONSE_TOKENS}", "ppo_epochs=1", "sequence_length=null",
     ]
     out += _agentic_overrides(config, data_file)
@@ -112,7 +125,8 @@ def smoke_overrides(config: PipelineConfig, *, model: str, data_file: str, outpu
         out.append(f"reward_pretrain={model}")
     judges = judge_roles(config)
     for role, worker in roles(config).items():
-        out += _role_overrides(role, worker, model=model, data_file=data_file, samples=samples)
+        out += _role_overrides(role, worker, model=model, data_file=data_file, samples=samples,
+                               prompt_tokens=prompt_tokens)
         if role in judges:
             out += _judge_overrides(role, worker, samples)
     return out + _writes_inside(config, output_dir)
@@ -158,7 +172,17 @@ def _agentic_overrides(config: PipelineConfig, data_file: str) -> list[str]:
             out.append(f"custom_envs.{tag}.max_actions_per_traj={EPISODE_STEPS}")
         if dataset_columns(env.env_type, env.env_config) is not None:
             out.append(f"custom_envs.{tag}.env_config.dataset_name={data_file}")
+        if env.tool_wrapper is not None:
+            out.append(f"custom_envs.{tag}.tool_wrapper={json.dumps(short_tool_instructions(env.tool_wrapper))}")
     return out
+
+
+def short_tool_instructions(tool_wrapper: Mapping[str, Any]) -> dict[str, Any]:
+    """`tool_wrapper` with every python_code tool's instruction SMOKE_TOOL_INSTRUCTION (JSON is the override's YAML)."""
+    configs = [{**c, "tool_args": {**(c.get("tool_args") or {}), "tool_instruction": SMOKE_TOOL_INSTRUCTION}}
+               if isinstance(c, Mapping) and c.get("tool_id") == "python_code" else c
+               for c in tool_wrapper.get("tool_configs") or []]
+    return {**tool_wrapper, "tool_configs": configs}
 
 
 def _writes_inside(config: PipelineConfig, output_dir: str) -> list[str]:
@@ -171,7 +195,8 @@ def _writes_inside(config: PipelineConfig, output_dir: str) -> list[str]:
     return moved
 
 
-def _role_overrides(role: str, worker: Any, *, model: str, data_file: str, samples: int) -> list[str]:
+def _role_overrides(role: str, worker: Any, *, model: str, data_file: str, samples: int,
+                    prompt_tokens: int) -> list[str]:
     out = [f"{role}.device_mapping=[0]", f"{role}.infer_batch_size={samples}", f"{role}.world_size=null"]
     # every model a role loads is the tiny one; a policy role whose file leaves it to `pretrain` gets it too
     if worker.model_args.model_name_or_path is not None or role in ("actor_train", "actor_infer"):
@@ -186,7 +211,7 @@ def _role_overrides(role: str, worker: Any, *, model: str, data_file: str, sampl
     if worker.model_args.attn_implementation in FLASH_PACKAGES and not installed(
             FLASH_PACKAGES[worker.model_args.attn_implementation]):
         out.append(f"{role}.model_args.attn_implementation=sdpa")  # the same attention, without flash_attn / CUDA
-    return out + _strategy_overrides(role, strategy_config(worker), samples)
+    return out + _strategy_overrides(role, strategy_config(worker), samples, prompt_tokens)
 
 
 def _data_overrides(role: str, data_args: Any, data_file: str) -> list[str]:
@@ -199,15 +224,15 @@ def _data_overrides(role: str, data_args: Any, data_file: str) -> list[str]:
     return out
 
 
-def _strategy_overrides(role: str, options: Any, samples: int) -> list[str]:
+def _strategy_overrides(role: str, options: Any, samples: int, prompt_tokens: int) -> list[str]:
     prefix = f"{role}.strategy_args.strategy_config"
     if isinstance(options, VllmConfig):
         # the whole batch's prompts in one scheduler step: vLLM-CPU fails a seeded request whose prefill is
         # chunked ("CPU Generator does not use offset"), as a multi-domain batch of 10 prompts x 4 would be
         return [f"{prefix}.tensor_parallel_size=1", f"{prefix}.pipeline_parallel_size=1",
                 f"{prefix}.enforce_eager=true", f"{prefix}.kv_cache_memory_bytes={VLLM_KV_BYTES}",
-                f"{prefix}.max_model_len={PROMPT_TOKENS + RESPONSE_TOKENS}", f"{prefix}.block_size=null",
-                f"{prefix}.max_num_batched_tokens={max(samples, 8) * (PROMPT_TOKENS + RESPONSE_TOKENS)}",
+                f"{prefix}.max_model_len={prompt_tokens + RESPONSE_TOKENS}", f"{prefix}.block_size=null",
+                f"{prefix}.max_num_batched_tokens={max(samples, 8) * (prompt_tokens + RESPONSE_TOKENS)}",
                 f"{role}.model_args.dtype=fp32"]
     if isinstance(options, Fsdp2Config):
         return [f"{prefix}.fsdp_size=1", f"{prefix}.ulysses_sequence_parallel_size=1"]

@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("gem")
 
+from tests.trainer.importers.test_corpus_smoke import CPU_SIZED, smoke, tiny_models  # noqa: F401 (a fixture)
 from trainer.config import validate_config
 from trainer.config.bubblewrap import bubblewrap_problem
 from trainer.config.schema import CustomEnvConfig, EnvManagerConfig
@@ -232,3 +233,23 @@ def test_the_smokes_dataset_columns_are_the_environments_defaults() -> None:
     for env_type, columns in DATASET_COLUMNS.items():
         params = inspect.signature(ENVS[env_type]).parameters
         assert (params["question_key"].default, params["answer_key"].default) == columns
+
+
+def test_rolls_python_code_math_file_trains_two_steps_on_cpu(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The smoke (trainer.config.smoke, CPU-sized as the judge-server file is): DAPO questions from the smoke's data
+    file, the python_code tool (a one-line instruction) in the sandbox, two training steps."""
+    name = "roll/qwen3_agentic_gem/gem_math_dapo_python_code.yaml"
+    smoke(name, tmp_path, request.getfixturevalue("tiny_models"), extra=CPU_SIZED)
+
+
+def test_the_smoke_gives_a_qa_file_room_for_gems_prompt() -> None:
+    from trainer.config import load_config
+    from trainer.config.smoke import PROMPT_TOKENS, QA_PROMPT_TOKENS, smoke_prompt_tokens
+
+    qa, math = (load_config(CORPUS / f"{name}.yaml", []) for name in ("gem_math_hotpotqa", "gem_math_dapo"))
+    assert (smoke_prompt_tokens(qa), smoke_prompt_tokens(math)) == (
+        PROMPT_TOKENS + QA_PROMPT_TOKENS,
+        PROMPT_TOKENS,
+    )

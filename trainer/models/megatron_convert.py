@@ -17,6 +17,18 @@ where q_g is query group g's num_heads/num_kv_heads query heads and k_g, v_g its
 head (grouped-query attention). With T > num_kv_heads Megatron keeps the same fused layout, each rank
 holding 1/T of its rows (it all-gathers them at run time), so the rule "fuse, then split the rows" holds.
 
+Qwen3-MoE (megatron-core's MoELayer, every layer sparse): the MLP rows above become
+
+    mlp.router.weight                                HF mlp.gate.weight [E, hidden]        replicated
+    mlp.experts.local_experts.<j>.linear_fc1.weight  HF experts.gate_up_proj[e] = [gate; up], each
+                                                     of gate/up split in the expert-TP size ETP
+    mlp.experts.local_experts.<j>.linear_fc2.weight  HF experts.down_proj[e], columns split in ETP
+
+for expert e = ep_rank · E/EP + j on expert-parallel rank ep_rank of EP (transformers 5 holds the experts
+fused, [E, 2·moe_intermediate, hidden] and [E, hidden, moe_intermediate]). `pre_mlp_layernorm` stays a
+norm of its own under Transformer Engine too (megatron's MoE spec does not fuse it), and TE's grouped
+GEMM names expert j's weights `mlp.experts.linear_fc<n>.weight<j>` (`to_te_names`).
+
 Outside the layers: `embedding.word_embeddings.weight` (first pipeline stage) and `output_layer.weight`
 (last stage) are split by vocabulary rows, padded with zero rows to a multiple of T; the last stage
 also holds `decoder.final_layernorm.weight`. Tied embeddings: Megatron keeps no output layer on a
@@ -37,7 +49,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-ARCHITECTURES = ("qwen2", "qwen3", "llama")
+ARCHITECTURES = ("qwen2", "qwen3", "qwen3_moe", "llama")
 Head = Literal["lm", "value"]
 
 EMBEDDING = "embedding.word_embeddings.weight"
@@ -68,6 +80,15 @@ class GPTLayout:
     qkv_bias: bool
     head: Head = "lm"
     qk_norm: bool = False  # Qwen3's q_norm / k_norm: megatron's qk_layernorm
+    num_experts: int = 0  # 0: dense; Qwen3-MoE: every layer's MLP is a mixture of this many experts
+    moe_topk: int = 0  # experts per token (num_experts_per_tok)
+    moe_ffn_hidden_size: int = 0  # one expert's intermediate size (moe_intermediate_size)
+    norm_topk_prob: bool = False  # the top-k probabilities renormalised to sum to 1
+    aux_loss_coef: float = 0.0  # router_aux_loss_coef
+
+    @property
+    def moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def heads_per_group(self) -> int:
@@ -102,6 +123,8 @@ def gpt_layout(config: Any, head: Head = "lm") -> GPTLayout:
             "llama with attention_bias or mlp_bias: Megatron's GPTModel cannot give o_proj a bias "
             "without giving the MLP one too; only bias-free Llama models convert"
         )
+    if arch == "qwen3_moe":
+        check_moe_layers(config)
     num_kv_heads = config.num_key_value_heads or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     return GPTLayout(
@@ -116,8 +139,32 @@ def gpt_layout(config: Any, head: Head = "lm") -> GPTLayout:
         tied_embeddings=bool(config.tie_word_embeddings) and head == "lm",
         qkv_bias=arch == "qwen2",
         head=head,
-        qk_norm=arch == "qwen3",
+        qk_norm=arch in ("qwen3", "qwen3_moe"),
+        **(moe_fields(config) if arch == "qwen3_moe" else {}),
     )
+
+
+def check_moe_layers(config: Any) -> None:
+    """Refuse a Qwen3-MoE whose layers are not all sparse: mlp_only_layers / decoder_sparse_step make
+    dense layers between the MoE ones, which this conversion does not build (megatron's
+    moe_layer_freq pattern would; no released Qwen3-MoE uses it)."""
+    if list(getattr(config, "mlp_only_layers", None) or []) or getattr(config, "decoder_sparse_step", 1) != 1:
+        raise ValueError(
+            f"qwen3_moe with mlp_only_layers={config.mlp_only_layers} / decoder_sparse_step="
+            f"{config.decoder_sparse_step}: dense layers among the MoE layers are not converted to Megatron; "
+            "every layer must be sparse (mlp_only_layers [], decoder_sparse_step 1)"
+        )
+
+
+def moe_fields(config: Any) -> dict[str, Any]:
+    """GPTLayout's mixture-of-experts fields from a Qwen3-MoE config."""
+    return {
+        "num_experts": config.num_experts,
+        "moe_topk": config.num_experts_per_tok,
+        "moe_ffn_hidden_size": config.moe_intermediate_size,
+        "norm_topk_prob": bool(config.norm_topk_prob),
+        "aux_loss_coef": float(config.router_aux_loss_coef),
+    }
 
 
 def padded_vocab_size(vocab_size: int, tp: int) -> int:
@@ -134,7 +181,7 @@ def check_tensor_parallel(layout: GPTLayout, tp: int) -> None:
         problems.append(
             f"num_key_value_heads={layout.num_kv_heads} neither divides it nor is a multiple of it"
         )
-    if layout.ffn_hidden_size % tp:
+    if layout.ffn_hidden_size % tp and not layout.moe:  # an MoE model's experts: check_model_parallel
         problems.append(f"intermediate_size={layout.ffn_hidden_size} is not a multiple of it")
     if problems:
         raise ValueError(
@@ -185,11 +232,75 @@ def pad_rows(tensor: Tensor, rows: int) -> Tensor:
 # Hugging Face -> Megatron
 
 
+def local_experts(layout: GPTLayout, ep_rank: int, ep_size: int) -> range:
+    """The global experts expert-parallel rank `ep_rank` of `ep_size` holds: e = ep_rank·E/EP + j."""
+    per_rank = layout.num_experts // ep_size
+    return range(ep_rank * per_rank, (ep_rank + 1) * per_rank)
+
+
+def hf_experts_to_megatron(
+    hf: Mapping[str, Tensor],
+    layer: int,
+    layout: GPTLayout,
+    *,
+    ep_rank: int,
+    ep_size: int,
+    etp_rank: int,
+    etp_size: int,
+) -> dict[str, Tensor]:
+    """Global layer `layer`'s router and this EP / expert-TP rank's experts (names relative to the layer)."""
+    mlp = f"{layout.hf_prefix}layers.{layer}.mlp."
+    out = {"mlp.router.weight": hf[f"{mlp}gate.weight"].clone()}
+    for j, e in enumerate(local_experts(layout, ep_rank, ep_size)):
+        gate, up = hf[f"{mlp}experts.gate_up_proj"][e].chunk(2, dim=0)
+        name = f"mlp.experts.local_experts.{j}."
+        out[f"{name}linear_fc1.weight"] = torch.cat(
+            [shard(gate, 0, etp_size, etp_rank), shard(up, 0, etp_size, etp_rank)]
+        )
+        out[f"{name}linear_fc2.weight"] = shard(hf[f"{mlp}experts.down_proj"][e], 1, etp_size, etp_rank)
+    return out
+
+
+def megatron_experts_to_hf(
+    parts: Sequence[Sequence[Mapping[str, Tensor]]], layer: int, layout: GPTLayout
+) -> dict[str, Tensor]:
+    """Global layer `layer`'s router and experts in HF names from `parts[ep][etp]`, the layer's tensors
+    (names relative to it) on every expert-parallel rank ep and expert-TP rank etp."""
+    dst = f"{layout.hf_prefix}layers.{layer}.mlp."
+    gate_up, down = [], []
+    for ep, ranks in enumerate(parts):
+        for j, _ in enumerate(local_experts(layout, ep, len(parts))):
+            name = f"mlp.experts.local_experts.{j}."
+            gates, ups = zip(*(p[f"{name}linear_fc1.weight"].chunk(2, dim=0) for p in ranks), strict=True)
+            gate_up.append(torch.cat([*gates, *ups]))
+            down.append(torch.cat([p[f"{name}linear_fc2.weight"] for p in ranks], dim=1))
+    return {
+        f"{dst}gate.weight": parts[0][0]["mlp.router.weight"].clone(),
+        f"{dst}experts.gate_up_proj": torch.stack(gate_up),
+        f"{dst}experts.down_proj": torch.stack(down),
+    }
+
+
+def is_expert_key(name: str) -> bool:
+    """A layer tensor (name relative to the layer) that megatron_experts_to_hf converts."""
+    return name.startswith(("mlp.experts.", "mlp.router."))
+
+
 def hf_layer_to_megatron(
-    hf: Mapping[str, Tensor], layer: int, layout: GPTLayout, *, tp_rank: int, tp_size: int
+    hf: Mapping[str, Tensor],
+    layer: int,
+    layout: GPTLayout,
+    *,
+    tp_rank: int,
+    tp_size: int,
+    ep_rank: int = 0,
+    ep_size: int = 1,
+    etp_rank: int | None = None,
+    etp_size: int | None = None,
 ) -> dict[str, Tensor]:
     """Global layer `layer` of the HF state dict as TP rank `tp_rank`'s Megatron tensors (names
-    relative to `decoder.layers.<i>.`)."""
+    relative to `decoder.layers.<i>.`); an MoE layer's experts those of EP rank `ep_rank` and expert-TP
+    rank `etp_rank` (unset: the TP rank and size, megatron's default)."""
     src = f"{layout.hf_prefix}layers.{layer}."
     attn, mlp = f"{src}self_attn.", f"{src}mlp."
 
@@ -203,14 +314,25 @@ def hf_layer_to_megatron(
         "self_attention.linear_qkv.weight": shard(fused("weight"), 0, tp_size, tp_rank),
         "self_attention.linear_proj.weight": shard(hf[f"{attn}o_proj.weight"], 1, tp_size, tp_rank),
         "pre_mlp_layernorm.weight": hf[f"{src}post_attention_layernorm.weight"].clone(),
-        "mlp.linear_fc1.weight": torch.cat(
+    }
+    if layout.moe:
+        out |= hf_experts_to_megatron(
+            hf,
+            layer,
+            layout,
+            ep_rank=ep_rank,
+            ep_size=ep_size,
+            etp_rank=tp_rank if etp_rank is None else etp_rank,
+            etp_size=tp_size if etp_size is None else etp_size,
+        )
+    else:
+        out["mlp.linear_fc1.weight"] = torch.cat(
             [
                 shard(hf[f"{mlp}gate_proj.weight"], 0, tp_size, tp_rank),
                 shard(hf[f"{mlp}up_proj.weight"], 0, tp_size, tp_rank),
             ]
-        ),
-        "mlp.linear_fc2.weight": shard(hf[f"{mlp}down_proj.weight"], 1, tp_size, tp_rank),
-    }
+        )
+        out["mlp.linear_fc2.weight"] = shard(hf[f"{mlp}down_proj.weight"], 1, tp_size, tp_rank)
     if layout.qkv_bias:
         out["self_attention.linear_qkv.bias"] = shard(fused("bias"), 0, tp_size, tp_rank)
     if layout.qk_norm:  # one head_dim vector applied to every head: each TP rank holds it whole
@@ -228,10 +350,15 @@ def hf_to_megatron(
     layers: Sequence[int],
     pre_process: bool,
     post_process: bool,
+    ep_rank: int = 0,
+    ep_size: int = 1,
+    etp_rank: int | None = None,
+    etp_size: int | None = None,
 ) -> dict[str, Tensor]:
     """The state dict of one Megatron model chunk: TP rank `tp_rank` of `tp_size`, holding the global
     layers `layers` (in order), the embedding when `pre_process` (first stage) and the final norm and
-    output layer when `post_process` (last stage)."""
+    output layer when `post_process` (last stage); an MoE model's experts of EP rank `ep_rank` (and
+    expert-TP rank `etp_rank`, unset: the TP rank)."""
     check_tensor_parallel(layout, tp_size)
     vocab = padded_vocab_size(layout.vocab_size, tp_size)
     embed = hf[f"{layout.hf_prefix}embed_tokens.weight"]
@@ -239,7 +366,18 @@ def hf_to_megatron(
     if pre_process:
         out[EMBEDDING] = shard(pad_rows(embed, vocab), 0, tp_size, tp_rank)
     for index, layer in enumerate(layers):
-        for name, tensor in hf_layer_to_megatron(hf, layer, layout, tp_rank=tp_rank, tp_size=tp_size).items():
+        converted = hf_layer_to_megatron(
+            hf,
+            layer,
+            layout,
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            ep_rank=ep_rank,
+            ep_size=ep_size,
+            etp_rank=etp_rank,
+            etp_size=etp_size,
+        )
+        for name, tensor in converted.items():
             out[f"{LAYER_PREFIX}{index}.{name}"] = tensor
     if post_process:
         out[FINAL_NORM] = hf[f"{layout.hf_prefix}norm.weight"].clone()
@@ -268,14 +406,15 @@ def megatron_layer_to_hf(
         f"{dst}self_attn.o_proj.weight": torch.cat(
             [p["self_attention.linear_proj.weight"] for p in parts], dim=1
         ),
-        f"{dst}mlp.down_proj.weight": torch.cat([p["mlp.linear_fc2.weight"] for p in parts], dim=1),
     }
     if layout.qk_norm:
         out[f"{dst}self_attn.q_norm.weight"] = parts[0]["self_attention.q_layernorm.weight"].clone()
         out[f"{dst}self_attn.k_norm.weight"] = parts[0]["self_attention.k_layernorm.weight"].clone()
-    gates, ups = zip(*(p["mlp.linear_fc1.weight"].chunk(2, dim=0) for p in parts), strict=True)
-    out[f"{dst}mlp.gate_proj.weight"] = torch.cat(gates)
-    out[f"{dst}mlp.up_proj.weight"] = torch.cat(ups)
+    if not layout.moe:  # an MoE layer's router and experts: megatron_experts_to_hf
+        gates, ups = zip(*(p["mlp.linear_fc1.weight"].chunk(2, dim=0) for p in parts), strict=True)
+        out[f"{dst}mlp.gate_proj.weight"] = torch.cat(gates)
+        out[f"{dst}mlp.up_proj.weight"] = torch.cat(ups)
+        out[f"{dst}mlp.down_proj.weight"] = torch.cat([p["mlp.linear_fc2.weight"] for p in parts], dim=1)
     for suffix in ("weight", "bias") if layout.qkv_bias else ("weight",):
         q, k, v = split_qkv(torch.cat([p[f"self_attention.linear_qkv.{suffix}"] for p in parts]), layout)
         for name, tensor in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
@@ -322,7 +461,10 @@ def megatron_to_hf(
     out = megatron_edges_to_hf(stages[0], stages[-1], layout)
     for chunks, layers in zip(stages, stage_layers, strict=True):
         for index, layer in enumerate(layers):
-            out.update(megatron_layer_to_hf([layer_tensors(c, index) for c in chunks], layer, layout))
+            tensors = [layer_tensors(c, index) for c in chunks]
+            out.update(megatron_layer_to_hf(tensors, layer, layout))
+            if layout.moe:  # one expert-parallel rank, expert TP = TP
+                out.update(megatron_experts_to_hf([tensors], layer, layout))
     return out
 
 
@@ -336,13 +478,32 @@ def stage_layers(num_layers: int, pp: int) -> list[list[int]]:
     return [list(range(s * per_stage, (s + 1) * per_stage)) for s in range(pp)]
 
 
-def to_te_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Local-spec names -> Transformer Engine spec names (each norm fused into the linear after it)."""
-    return {_rename_layer_key(key, TE_NAMES): value for key, value in state.items()}
+def te_names(layout: GPTLayout | None = None, grouped_gemm: bool = False) -> dict[str, str]:
+    """Local-spec name -> Transformer Engine spec name of one layer's tensors: each norm fused into the
+    linear after it, except an MoE layer's pre-MLP norm (megatron's MoE spec keeps it a norm); with the
+    grouped GEMM, expert j's `local_experts.<j>.linear_fc<n>.weight` is `linear_fc<n>.weight<j>`."""
+    if layout is None or not layout.moe:
+        return dict(TE_NAMES)
+    names = {k: v for k, v in TE_NAMES.items() if k != "pre_mlp_layernorm.weight"}
+    if grouped_gemm:
+        for j in range(layout.num_experts):  # at most E local experts on a rank
+            for fc in ("linear_fc1", "linear_fc2"):
+                names[f"mlp.experts.local_experts.{j}.{fc}.weight"] = f"mlp.experts.{fc}.weight{j}"
+    return names
 
 
-def from_te_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    inverse = {te: local for local, te in TE_NAMES.items()}
+def to_te_names(
+    state: Mapping[str, Tensor], layout: GPTLayout | None = None, grouped_gemm: bool = False
+) -> dict[str, Tensor]:
+    """Local-spec names -> Transformer Engine spec names (te_names)."""
+    names = te_names(layout, grouped_gemm)
+    return {_rename_layer_key(key, names): value for key, value in state.items()}
+
+
+def from_te_names(
+    state: Mapping[str, Tensor], layout: GPTLayout | None = None, grouped_gemm: bool = False
+) -> dict[str, Tensor]:
+    inverse = {te: local for local, te in te_names(layout, grouped_gemm).items()}
     return {_rename_layer_key(key, inverse): value for key, value in state.items()}
 
 

@@ -30,8 +30,14 @@ with (
     )
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.module import MegatronModule
+    from megatron.core.transformer.moe import moe_utils
     from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_config import TransformerConfig
+
+if not hasattr(moe_utils, "te_general_gemm"):
+    # megatron-core 0.16.1 without Transformer Engine: moe_utils' ImportError branch leaves te_general_gemm
+    # undefined and the router's gating GEMM then raises NameError; None is what its code reads as "no TE"
+    moe_utils.te_general_gemm = None
 
 
 # parallel state, model construction, weights
@@ -40,17 +46,20 @@ with (
 def initialize_parallel_state(options: MegatronOptions) -> None:
     """Megatron's TP / PP (/ virtual PP) / CP groups over the default process group; a second role in
     the same process (the local backend) joins them when its sizes agree."""
-    wanted = (options.tp, options.pp, options.vpp, options.cp)
+    wanted = (options.tp, options.pp, options.vpp, options.cp, options.ep, options.expert_tp)
     if ps.model_parallel_is_initialized():
         current = (
             ps.get_tensor_model_parallel_world_size(),
             ps.get_pipeline_model_parallel_world_size(),
             ps.get_virtual_pipeline_model_parallel_world_size(),
             ps.get_context_parallel_world_size(),
+            ps.get_expert_model_parallel_world_size(),
+            ps.get_expert_tensor_parallel_world_size(),
         )
         if current != wanted:
             raise ValueError(
-                f"megatron's parallel state in this process already has (TP, PP, virtual PP, CP) = {current}; "
+                "megatron's parallel state in this process already has (TP, PP, virtual PP, CP, EP, expert TP) = "
+                f"{current}; "
                 f"this role asks for {wanted}: roles sharing a process must use the same sizes"
             )
         return
@@ -59,6 +68,8 @@ def initialize_parallel_state(options: MegatronOptions) -> None:
         pipeline_model_parallel_size=options.pp,
         virtual_pipeline_model_parallel_size=options.vpp,
         context_parallel_size=options.cp,
+        expert_model_parallel_size=options.ep,
+        expert_tensor_parallel_size=options.expert_tp,
     )
 
 
@@ -205,8 +216,14 @@ def load_exactly(model: nn.Module, state: Mapping[str, Tensor]) -> None:
 
 
 def load_hf_weights(
-    chunks: list[GPTModel], hf_state: Mapping[str, Tensor], layout: GPTLayout, tp_rank: int, tp_size: int
+    chunks: list[GPTModel],
+    hf_state: Mapping[str, Tensor],
+    layout: GPTLayout,
+    tp_rank: int,
+    tp_size: int,
+    grouped_gemm: bool = False,
 ) -> None:
+    """Each chunk's converted HF weights; an MoE model's experts those of this EP / expert-TP rank."""
     for model in chunks:
         state = hf_to_megatron(
             hf_state,
@@ -216,5 +233,9 @@ def load_hf_weights(
             layers=global_layers(model),
             pre_process=model.pre_process,
             post_process=model.post_process,
+            ep_rank=ps.get_expert_model_parallel_rank(),
+            ep_size=ps.get_expert_model_parallel_world_size(),
+            etp_rank=ps.get_expert_tensor_parallel_rank(),
+            etp_size=ps.get_expert_tensor_parallel_world_size(),
         )
-        load_exactly(model, to_te_names(state) if HAVE_TE else state)
+        load_exactly(model, to_te_names(state, layout, grouped_gemm) if HAVE_TE else state)

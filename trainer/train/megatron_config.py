@@ -52,6 +52,16 @@ class MegatronOptions:
     init_checkpoint: str | None = (
         None  # a Megatron distributed checkpoint to start from instead of the HF weights
     )
+    # mixture-of-experts models (Qwen3-MoE): megatron-core's MoELayer
+    ep: int = 1
+    etp: int | None = None  # expert tensor parallelism; unset: TP (megatron's default)
+    moe_dispatcher: str = "allgather"
+    moe_grouped_gemm: bool = False  # acts where Transformer Engine is installed (layer_spec_kwargs)
+    moe_router_dtype: str | None = None
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
 
 
 def parse_strategy_config(config: Mapping[str, Any] | None) -> MegatronOptions:
@@ -89,6 +99,11 @@ def parse_strategy_config(config: Mapping[str, Any] | None) -> MegatronOptions:
         embedding_in_split=cfg.account_for_embedding_in_pipeline_split,
         loss_in_split=cfg.account_for_loss_in_pipeline_split,
         init_checkpoint=cfg.dist_checkpointing_path if cfg.use_dist_checkpointing else None,
+        ep=cfg.expert_model_parallel_size,
+        etp=cfg.expert_tensor_parallel_size,
+        moe_dispatcher=cfg.moe_token_dispatcher_type,
+        moe_grouped_gemm=cfg.moe_grouped_gemm,
+        moe_router_dtype=cfg.moe_router_dtype,
     )
 
 
@@ -107,6 +122,7 @@ def check_model_parallel(layout: GPTLayout, options: MegatronOptions, world_size
             f"{options.tp} × {options.pp} × {options.cp} does not divide the role's {world_size} ranks"
         )
     check_tensor_parallel(layout, options.tp)
+    check_expert_parallel(layout, options, world_size)
     chunks = options.pp * (options.vpp or 1)
     units = layout.num_layers + options.embedding_in_split + options.loss_in_split
     if units % chunks:
@@ -129,6 +145,33 @@ def check_model_parallel(layout: GPTLayout, options: MegatronOptions, world_size
         )
 
 
+def check_expert_parallel(layout: GPTLayout, options: MegatronOptions, world_size: int) -> None:
+    """Raise, naming the sizes, when the expert layout cannot hold this model: E experts split in EP equal
+    parts, the expert intermediate size in expert-TP parts, EP × expert TP × PP dividing the ranks; a
+    dense model takes EP 1 only (there is nothing to split)."""
+    if not layout.moe:
+        if options.ep > 1:
+            raise ValueError(
+                f"strategy_config.expert_model_parallel_size={options.ep}: this {layout.arch} model has no "
+                "experts; set it to 1"
+            )
+        return
+    if layout.num_experts % options.ep:
+        raise ValueError(
+            f"expert_model_parallel_size={options.ep} does not divide num_experts={layout.num_experts}"
+        )
+    if layout.moe_ffn_hidden_size % options.expert_tp:
+        raise ValueError(
+            f"expert_tensor_parallel_size={options.expert_tp} does not divide "
+            f"moe_intermediate_size={layout.moe_ffn_hidden_size}"
+        )
+    if world_size % (options.ep * options.expert_tp * options.pp):
+        raise ValueError(
+            "expert_model_parallel_size × expert_tensor_parallel_size × pipeline_model_parallel_size = "
+            f"{options.ep} × {options.expert_tp} × {options.pp} does not divide the role's {world_size} ranks"
+        )
+
+
 def rope_kwargs(hf_config: Any) -> dict[str, Any]:
     """GPTModel's rotary settings from the HF config's rope parameters: default RoPE, or Llama 3's
     scaling when its constants are the ones megatron-core implements."""
@@ -146,8 +189,42 @@ def rope_kwargs(hf_config: Any) -> dict[str, Any]:
 
 
 def layer_spec_kwargs(layout: GPTLayout, options: MegatronOptions, *, te: bool) -> dict[str, Any]:
-    """The layer spec's model switches: Qwen3's q/k RMSNorm (qk_layernorm, one head_dim weight each)."""
-    return {"qk_layernorm": layout.qk_norm}
+    """The layer spec's model switches: Qwen3's q/k RMSNorm (qk_layernorm, one head_dim weight each) and
+    an MoE model's experts. moe_grouped_gemm selects Transformer Engine's grouped GEMM (TEGroupedMLP)
+    where TE is installed; without TE the experts are megatron's SequentialMLP (one torch MLP per
+    expert, the same computation), since megatron's non-TE grouped GEMM needs the grouped_gemm package."""
+    if not layout.moe:
+        return {"qk_layernorm": layout.qk_norm}
+    return {
+        "qk_layernorm": layout.qk_norm,
+        "num_experts": layout.num_experts,
+        "moe_grouped_gemm": options.moe_grouped_gemm and te,
+    }
+
+
+def moe_config_kwargs(layout: GPTLayout, options: MegatronOptions, *, te: bool) -> dict[str, Any]:
+    """TransformerConfig's MoE fields for Qwen3-MoE, routing as the HF model does: HF takes the top-k of
+    softmax(logits) over all experts, renormalised when norm_topk_prob — the same as megatron's softmax
+    over the top-k logits (moe_router_pre_softmax False: softmax(l)_i / Σ_top-k softmax(l)_j =
+    exp(l_i) / Σ_top-k exp(l_j)); without norm_topk_prob the top-k of the full softmax
+    (moe_router_pre_softmax True). The load-balancing loss is megatron's aux_loss with HF's
+    router_aux_loss_coef (as ROLL's mcore_adapter): per layer coeff · E / (k · T²) · Σ_e tokens_e · Σ_t p_te;
+    0 turns it off."""
+    if not layout.moe:
+        return {}
+    return {
+        "num_moe_experts": layout.num_experts,
+        "moe_router_topk": layout.moe_topk,
+        "moe_ffn_hidden_size": layout.moe_ffn_hidden_size,
+        "moe_router_pre_softmax": not layout.norm_topk_prob,
+        "moe_router_load_balancing_type": "aux_loss" if layout.aux_loss_coef > 0 else "none",
+        "moe_aux_loss_coeff": layout.aux_loss_coef,
+        "moe_router_dtype": options.moe_router_dtype,
+        "moe_token_dispatcher_type": options.moe_dispatcher,
+        "moe_grouped_gemm": options.moe_grouped_gemm and te,
+        "expert_model_parallel_size": options.ep,
+        "expert_tensor_parallel_size": options.expert_tp,
+    }
 
 
 def gpt_model_kwargs(layout: GPTLayout, hf_config: Any, tp: int) -> dict[str, Any]:
@@ -162,7 +239,7 @@ def gpt_model_kwargs(layout: GPTLayout, hf_config: Any, tp: int) -> dict[str, An
 
 
 def transformer_config_kwargs(
-    layout: GPTLayout, hf_config: Any, options: MegatronOptions, dtype: torch.dtype
+    layout: GPTLayout, hf_config: Any, options: MegatronOptions, dtype: torch.dtype, *, te: bool = False
 ) -> dict[str, Any]:
     """TransformerConfig for this model and layout, computing as the HF model does: RMSNorm, SwiGLU,
     no linear biases but Qwen2's q/k/v bias, the HF attention dropout and no hidden dropout.
@@ -201,6 +278,7 @@ def transformer_config_kwargs(
         "params_dtype": dtype,
         "pipeline_dtype": dtype,
         "calculate_per_token_loss": True,
+        **moe_config_kwargs(layout, options, te=te),
     }
 
 

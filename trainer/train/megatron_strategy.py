@@ -60,8 +60,10 @@ from trainer.models.megatron_convert import (
     Head,
     from_te_names,
     gpt_layout,
+    is_expert_key,
     layer_tensors,
     megatron_edges_to_hf,
+    megatron_experts_to_hf,
     megatron_layer_to_hf,
 )
 from trainer.models.value import ValueModel
@@ -281,7 +283,7 @@ class _MegatronModel(StrategyBase):
         initialize_parallel_state(self.options)
         seed_model_parallel_rng()
         self.config = TransformerConfig(
-            **transformer_config_kwargs(self.layout, hf_config, self.options, dtype)
+            **transformer_config_kwargs(self.layout, hf_config, self.options, dtype, te=HAVE_TE)
         )
         chunks = build_chunks(self.config, self.layout, hf_config, self.options)
         # LoRA (trainer.train.megatron_lora): PEFT's adapters move onto the megatron layers, the rest is frozen
@@ -306,6 +308,7 @@ class _MegatronModel(StrategyBase):
                 self.layout,
                 ps.get_tensor_model_parallel_rank(),
                 self.options.tp,
+                grouped_gemm=self.config.moe_grouped_gemm,
             )
         else:
             loaded = dist_checkpointing.load(self._model_sharded_state(chunks), self.options.init_checkpoint)
@@ -417,6 +420,7 @@ class _MegatronModel(StrategyBase):
         """The whole model in Hugging Face names as CPU tensors on world rank 0; `{}` elsewhere.
         Collective. Each stage's TP group gathers one layer at a time (no rank holds more than one
         full layer beyond its shard); the stages' CPU tensors then go to rank 0."""
+        experts = self._gather_experts() if self.layout.moe else {}
         if ps.get_data_parallel_rank(with_context_parallel=True) != 0:
             return {}
         tp_rank = ps.get_tensor_model_parallel_rank()
@@ -429,11 +433,11 @@ class _MegatronModel(StrategyBase):
                 for k, v in model.state_dict().items()
                 if isinstance(v, Tensor) and not k.endswith("_extra_state")
             }
-            state = from_te_names(state) if HAVE_TE else state
+            state = self._local_names(state)
             for index, layer in enumerate(global_layers(model)):
                 tensors = layer_tensors(state, index)
                 parts = self._gather_tensor_parallel(
-                    {k: v for k, v in tensors.items() if not is_adapter_key(k)}
+                    {k: v for k, v in tensors.items() if not is_adapter_key(k) and not is_expert_key(k)}
                 )
                 hf = megatron_layer_to_hf(parts, layer, self.layout) if tp_rank == 0 else {}
                 if self.lora is not None:  # PEFT's names, which the actor's merge_lora and save_adapter read
@@ -450,11 +454,45 @@ class _MegatronModel(StrategyBase):
                 part |= {k: v.cpu() for k, v in megatron_edges_to_hf(first, last, self.layout).items()}
         if tp_rank != 0:
             return {}
+        part |= experts
         if self.options.pp == 1:
             return part
         stages: list[Any] | None = [None] * self.options.pp if self.rank == 0 else None
         dist.gather_object(part, stages, dst=0, group=ps.get_pipeline_model_parallel_group())
         return {k: v for stage in stages for k, v in stage.items()} if stages is not None else {}
+
+    def _local_names(self, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """A chunk's state dict in local-spec names (Transformer Engine's renamed back)."""
+        return from_te_names(state, self.layout, self.config.moe_grouped_gemm) if HAVE_TE else dict(state)
+
+    def _gather_experts(self) -> dict[str, Tensor]:
+        """This stage's MoE routers and experts in HF names, on the first rank of its expert TP × EP group
+        (the stage's first rank, which assembles the stage: megatron orders both rank layouts from TP
+        outwards); `{}` elsewhere. Collective over the ranks of expert-data-parallel rank 0, one layer
+        at a time (CPU copies, as gather_object pickles them)."""
+        if ps.get_expert_data_parallel_rank() != 0:
+            return {}
+        group = ps.get_expert_tensor_and_model_parallel_group()
+        first = dist.get_rank(group) == 0
+        coords = (ps.get_expert_model_parallel_rank(), ps.get_expert_tensor_parallel_rank())
+        out: dict[str, Tensor] = {}
+        for chunk in self.chunks:
+            model = unwrap(chunk)
+            state = self._local_names(
+                {k: v for k, v in model.state_dict().items() if isinstance(v, Tensor) and "mlp." in k}
+            )
+            for index, layer in enumerate(global_layers(model)):
+                mine = {k: v.cpu() for k, v in layer_tensors(state, index).items() if is_expert_key(k)}
+                gathered: list[Any] | None = [None] * dist.get_world_size(group) if first else None
+                dist.gather_object((coords, mine), gathered, dst=dist.get_global_rank(group, 0), group=group)
+                if gathered is not None:
+                    grid: list[list[dict[str, Tensor]]] = [
+                        [{} for _ in range(self.options.expert_tp)] for _ in range(self.options.ep)
+                    ]
+                    for (ep, etp), tensors in gathered:
+                        grid[ep][etp] = tensors
+                    out |= megatron_experts_to_hf(grid, layer, self.layout)
+        return out
 
     def _gather_tensor_parallel(self, tensors: Mapping[str, Tensor]) -> list[dict[str, Tensor]]:
         """`tensors` from every TP rank of this stage, in TP-rank order."""

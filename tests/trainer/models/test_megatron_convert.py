@@ -152,7 +152,7 @@ def test_transformer_engine_names_fuse_the_norms_into_the_next_linear() -> None:
 
 
 def test_what_megatron_cannot_hold_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="model_type qwen2, llama; this model is 'gpt2'"):
+    with pytest.raises(ValueError, match="model_type qwen2, qwen3, qwen3_moe, llama; this model is 'gpt2'"):
         gpt_layout(GPT2Config())
     with pytest.raises(ValueError, match="attention_bias or mlp_bias"):
         gpt_layout(LlamaConfig(attention_bias=True))

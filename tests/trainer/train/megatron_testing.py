@@ -4,7 +4,7 @@ megatron-core 0.16 asks for CUDA in a handful of places, also for fp32 work a CP
 created with device="cuda" (the optimizer's loss-scale buffer, gradient-norm buffers),
 torch.cuda.current_device() for allocations, torch.cuda.synchronize() before a checkpoint write,
 `.type() == "torch.cuda.FloatTensor"` in gradient clipping, its CUDA RNG tracker (seeding, and the fork
-around attention). `emulated_cuda()` redirects those to the CPU — a TorchFunctionMode rewrites CUDA
+around attention), the alltoall MoE dispatcher's side stream (one CPU "stream"). `emulated_cuda()` redirects those to the CPU — a TorchFunctionMode rewrites CUDA
 devices to CPU; torch.cuda.current_device / synchronize, the strategy's seeding of the tracker and the
 tracker's fork are replaced (our models have no dropout) — and lets the strategies' CUDA check pass. Everything else runs as megatron-core's own code: parallel state over gloo,
 GPTModel with the local layer spec, DDP, the optimizer, the pipeline schedules, distributed checkpoints.
@@ -131,6 +131,28 @@ class CudaAsCpu(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _CpuStream:
+    """The one 'stream' of the CPU: waiting on it, or on its events, is a no-op."""
+
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+    def record_event(self) -> _CpuStream:
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+
+CPU_STREAM = _CpuStream()
+
+
+def _host_copy(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+    """moe_utils.maybe_move_tensor_to_cpu for a tensor already on the CPU: the numpy array it returns for
+    a CUDA tensor (the alltoall dispatcher's split sizes), where the original returns a CPU tensor as is."""
+    return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
+
+
 def _cpu(device: Any) -> Any:
     if isinstance(device, int) or (isinstance(device, str) and device.startswith("cuda")):
         return torch.device("cpu")
@@ -143,6 +165,8 @@ def _cpu(device: Any) -> Any:
 def emulated_cuda() -> Iterator[None]:
     """megatron-core and the megatron strategies on CPU (see the module docstring)."""
     from megatron.core.tensor_parallel.random import CudaRNGStatesTracker
+    from megatron.core.transformer.moe import token_dispatcher
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
 
     import trainer.train.megatron_config
     import trainer.train.megatron_strategy
@@ -151,6 +175,11 @@ def emulated_cuda() -> Iterator[None]:
         for target, value in (
             (torch.cuda, ("current_device", lambda: "cpu")),
             (torch.cuda, ("synchronize", lambda *a, **k: None)),
+            # the alltoall MoE dispatcher copies its split sizes to the host on a side stream: one stream
+            (torch.cuda, ("current_stream", lambda *a, **k: CPU_STREAM)),
+            (torch.cuda, ("stream", lambda *a, **k: contextlib.nullcontext())),
+            (MoEAlltoAllTokenDispatcher, ("cuda_dtoh_stream", CPU_STREAM)),
+            (token_dispatcher, ("maybe_move_tensor_to_cpu", _host_copy)),
             (trainer.train.megatron_config, ("require_cuda", lambda name: None)),
             (trainer.train.megatron_strategy, ("require_cuda", lambda name: None)),
             (trainer.train.megatron_strategy, ("seed_model_parallel_rng", lambda: None)),

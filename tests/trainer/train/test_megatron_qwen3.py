@@ -23,7 +23,15 @@ from tests.trainer.train.megatron_testing import (
 )
 from trainer.cluster import distributed
 from trainer.models.batch import response_logprobs
-from trainer.models.megatron_convert import gpt_layout, hf_to_megatron, megatron_to_hf
+from trainer.models.megatron_convert import (
+    gpt_layout,
+    hf_to_megatron,
+    layer_tensors,
+    megatron_edges_to_hf,
+    megatron_experts_to_hf,
+    megatron_layer_to_hf,
+    megatron_to_hf,
+)
 from trainer.roles.common import forward_in_chunks, logprobs_fn
 from trainer.train import OptimConfig, build_forward_strategy, build_strategy
 
@@ -145,3 +153,136 @@ def test_a_qwen3_train_step_is_finite(one_rank: None) -> None:
     strategy = build_strategy("megatron_train", tiny_causal_lm("qwen3"), SGD)
     metrics = strategy.train_step([batch], nll_loss(float(batch["response_mask"].sum())))
     assert torch.isfinite(torch.tensor(metrics["loss"])) and metrics["grad_norm"] > 0
+
+
+# --------------------------------------------------------------------------------------------
+# Qwen3-MoE: 4 experts, top-2; one rank, and expert parallelism 2 on two gloo ranks
+
+
+def test_qwen3_moe_round_trip_at_ep2_gives_back_the_hf_state_dict() -> None:
+    model = tiny_causal_lm("qwen3_moe", layers=2)
+    hf, layout = model.state_dict(), gpt_layout(model.config)
+    assert (layout.num_experts, layout.moe_topk, layout.moe_ffn_hidden_size) == (4, 2, 24)
+    ranks = [
+        hf_to_megatron(
+            hf,
+            layout,
+            tp_rank=0,
+            tp_size=1,
+            layers=[0, 1],
+            pre_process=True,
+            post_process=True,
+            ep_rank=ep,
+            ep_size=2,
+        )
+        for ep in range(2)
+    ]
+    # EP rank 1's local expert 0 is global expert 2: [gate; up] of HF's fused gate_up_proj[2]
+    assert torch.equal(
+        ranks[1]["decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight"],
+        hf["model.layers.0.mlp.experts.gate_up_proj"][2],
+    )
+    got = megatron_edges_to_hf([ranks[0]], [ranks[0]], layout)
+    for index in range(2):
+        per_ep = [layer_tensors(r, index) for r in ranks]
+        got |= megatron_layer_to_hf(per_ep[:1], index, layout)
+        got |= megatron_experts_to_hf([[p] for p in per_ep], index, layout)
+    assert_same_state(got, hf)
+
+
+def test_dense_layers_in_a_qwen3_moe_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="mlp_only_layers"):
+        gpt_layout(tiny_causal_lm("qwen3_moe", layers=2, mlp_only_layers=[1]).config)
+
+
+@pytest.mark.parametrize("norm_topk_prob", [True, False])
+def test_qwen3_moe_on_megatron_computes_the_hf_logits_and_weights(
+    one_rank: None, norm_topk_prob: bool
+) -> None:
+    batch = rollout_batch(4, seed=1)
+    hf = tiny_causal_lm("qwen3_moe", layers=2, norm_topk_prob=norm_topk_prob)
+    strategy = build_forward_strategy(
+        "megatron_infer", tiny_causal_lm("qwen3_moe", layers=2, norm_topk_prob=norm_topk_prob)
+    )
+    assert strategy.config.moe_router_pre_softmax is not norm_topk_prob
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(
+        megatron_logits(strategy, batch)[real], hf_logits(hf, batch)[real], rtol=0, atol=2e-5
+    )
+    assert_same_state(strategy.full_state_dict(), hf.state_dict())
+
+
+def test_a_qwen3_moe_train_step_is_finite_and_trains_the_router(one_rank: None) -> None:
+    batch = rollout_batch(4, seed=2)
+    model = tiny_causal_lm("qwen3_moe", layers=2, router_aux_loss_coef=0.01)
+    before = model.state_dict()
+    strategy = build_strategy("megatron_train", model, SGD)
+    assert strategy.config.moe_router_load_balancing_type == "aux_loss"
+    assert strategy.config.moe_aux_loss_coeff == 0.01
+    metrics = strategy.train_step([batch], nll_loss(float(batch["response_mask"].sum())))
+    assert torch.isfinite(torch.tensor(metrics["loss"])) and metrics["grad_norm"] > 0
+    after = strategy.full_state_dict()
+    for key in ("model.layers.0.mlp.gate.weight", "model.layers.1.mlp.experts.gate_up_proj"):
+        assert not torch.equal(after[key], before[key]), key
+
+
+def qwen3_moe_ep2(rank: int, world_size: int, dispatcher: str) -> dict[str, Any]:
+    batch = rollout_batch(4, seed=5)
+    mine = {k: v.chunk(world_size)[rank] for k, v in batch.items()}
+    config = {
+        "expert_model_parallel_size": 2,
+        "moe_token_dispatcher_type": dispatcher,
+        "moe_grouped_gemm": True,
+    }
+    infer = build_forward_strategy(
+        "megatron_infer",
+        tiny_causal_lm("qwen3_moe", layers=2),
+        rank=rank,
+        world_size=world_size,
+        strategy_config=config,
+    )
+    out = {
+        "logprobs": forward_in_chunks(logprobs_fn(TEMPERATURE), infer, mine, chunk=2),
+        "full": infer.full_state_dict(),
+        "local_experts": len(infer.chunks[0].decoder.layers[0].mlp.experts.local_experts),
+    }
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    strategy = build_strategy(
+        "megatron_train",
+        tiny_causal_lm("qwen3_moe", layers=2),
+        SGD,
+        rank=rank,
+        world_size=world_size,
+        strategy_config=config,
+    )
+    out["metrics"] = strategy.train_step([mine], nll_loss(float(batch["response_mask"].sum())))
+    out["trained"] = strategy.full_state_dict()
+    return out
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather"])
+def test_qwen3_moe_at_ep2_on_two_ranks_equals_the_hf_model(tmp_path: Path, dispatcher: str) -> None:
+    ranks = run_ranks(qwen3_moe_ep2, 2, tmp_path, dispatcher)
+    batch = rollout_batch(4, seed=5)
+    hf = tiny_causal_lm("qwen3_moe", layers=2)
+    with torch.no_grad():
+        expected = response_logprobs(hf, batch, TEMPERATURE) * batch["response_mask"]
+    got = torch.cat([ranks[r]["logprobs"] for r in range(2)]) * batch["response_mask"]
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
+    assert [ranks[r]["local_experts"] for r in range(2)] == [2, 2]  # each rank holds half the experts
+    assert_same_state(ranks[0]["full"], hf.state_dict())
+    assert ranks[1]["full"] == {}
+    losses = [ranks[r]["metrics"]["loss"] for r in range(2)]
+    assert all(torch.isfinite(torch.tensor(loss)) for loss in losses)
+    # both EP ranks' experts trained: rank 0's gathered weights moved for experts 0-1 and 2-3 alike
+    moved = (
+        (
+            ranks[0]["trained"]["model.layers.0.mlp.experts.down_proj"]
+            - hf.state_dict()["model.layers.0.mlp.experts.down_proj"]
+        )
+        .abs()
+        .sum((1, 2))
+    )
+    assert bool((moved > 0).all()), moved

@@ -35,12 +35,14 @@ SYNTHETIC_TASKS: tuple[str, ...] = ("reverse", "add", "copy")
 # `custom_envs.<tag>.env_type` names them.
 # GEM's (the gem-llm package, trainer.envs.gem) under the names ROLL gives them.
 ENV_TYPES: tuple[str, ...] = ("frozen_lake", "sokoban", "calculator", "tool_use", "game:GuessTheNumber-v0",
-                              "rg:letter_counting", "roll_math", "roll_qa")
+                              "rg:letter_counting", "roll_math", "roll_qa", "sokoban_native_env")
 # Each environment's env_config keys (its constructor's parameters; tests/trainer/envs/test_envs.py keeps them
 # equal), so validation names a key an environment would refuse without building one.
 ENV_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "frozen_lake": ("size", "p", "is_slippery", "action_format"),
     "sokoban": ("dim_x", "dim_y", "num_boxes", "search_depth", "action_format", "grid_lookup", "grid_vocab"),
+    "sokoban_native_env": ("dim_x", "dim_y", "num_boxes", "search_depth", "action_format", "system_template",
+                           "observation_suffix"),
     "calculator": ("num_operands", "max_operand", "operators"),
     "tool_use": ("tools", "catalog_size", "num_items", "max_quantity", "max_price", "max_tool_uses", "tool_reward",
                  "tool_success_reward"),
@@ -151,6 +153,9 @@ ENV_CONFIG_BOUNDS: dict[str, dict[str, EnvBound]] = {
     "rg:letter_counting": {"size": EnvBound(int, 500, 1), "seed": EnvBound(int, 42)},
 }
 
+# the agent-native Sokoban plays the built game (trainer.envs.native)
+ENV_CONFIG_BOUNDS["sokoban_native_env"] = ENV_CONFIG_BOUNDS["sokoban"]
+
 
 def env_config_defaults(env_type: str) -> dict[str, Any]:
     """The declared defaults of an environment's bounded keys that it takes (not ROLL's max_steps)."""
@@ -186,16 +191,34 @@ ROLL_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager": "step",
     # the step manager whose prompt is the last history_length − 1 observations and the current one, one per line
     "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
+    # one row per reply, each prompt the environment's own message list (trainer.envs.native, decision 0061)
+    "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": "native",
 }
 
 # ROLL env-manager classes that ROLL documents but we do not implement yet (clear error).
 ROLL_UNSUPPORTED_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager": "vision-language env manager",
-    "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": (
-        "agent-native step env manager"
-    ),
     "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager": "proxy env manager (agent runners)",
 }
+NATIVE_ENV_MANAGER = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
+# The environments that keep their own conversation, which only the agent-native manager plays (trainer.envs.native;
+# trainer.envs.registry keeps them equal to the NativeEnv classes).
+NATIVE_ENV_TYPES: tuple[str, ...] = ("sokoban_native_env",)
+
+
+def native_manager_refusal(tag: str, env_type: str, native_manager: bool) -> tuple[str, str] | None:
+    """(field, message) when the agent-native manager would play an environment that does not keep its messages,
+    or another manager one that does; None when they match (or env_type is not registered: reported as such)."""
+    if env_type not in ENV_TYPES or native_manager == (env_type in NATIVE_ENV_TYPES):
+        return None
+    where = f"custom_envs.{tag}.env_manager_cls"
+    if native_manager:
+        return (f"custom_envs.{tag}.env_type", f"{env_type!r} does not keep its own conversation, which the "
+                f"agent-native step env manager ({NATIVE_ENV_MANAGER}) renders each turn; its environments: "
+                f"{', '.join(NATIVE_ENV_TYPES)}; the trajectory manager plays {env_type}: override ~{where}")
+    return (where, f"{env_type!r} keeps its own conversation (ROLL's agent-native protocol), which only the "
+            f"agent-native step env manager plays: override {where}={NATIVE_ENV_MANAGER}")
+
 
 # ROLL reward worker classes we accept, mapped to our reward_type.
 ROLL_REWARD_WORKERS: dict[str, str] = {

@@ -41,6 +41,7 @@ DEFAULT_MAX_TURNS = 10  # CustomEnvConfig.max_steps when neither it nor max_acti
 
 ROLL_KEYS: dict[str, tuple[str, ...]] = {
     "sokoban": ("dim_room", "action_pattern", "max_steps", "format_penalty"),
+    "sokoban_native_env": ("dim_room", "action_pattern", "max_steps", "format_penalty"),
     "frozen_lake": ("action_pattern", "max_steps", "format_penalty"),
 }
 

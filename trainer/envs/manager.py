@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainer.config.registries import native_manager_refusal
 from trainer.config.roll_env_config import episode_turns, split_roll_env_config
 from trainer.config.roll_tools import split_tool_wrapper
 from trainer.envs.base import Env
@@ -124,7 +125,11 @@ class EnvManager:
         if len(set(kinds.values())) > 1:
             raise ValueError(f"{name}.tags: {kinds} mix step-wise and trajectory env managers in one batch; give "
                              "every tag of one env manager the same env_manager_cls")
-        self.step_wise = set(kinds.values()) <= {"step", "step_concat"}
+        for tag, kind in kinds.items():  # the agent-native manager plays exactly the environments keeping messages
+            refusal = native_manager_refusal(tag, self.specs[tag].env_type, kind == "native")
+            if refusal is not None:
+                raise ValueError(f"{refusal[0]}: {refusal[1]}")
+        self.step_wise = set(kinds.values()) <= {"step", "step_concat", "native"}
         self.step_concat = set(kinds.values()) == {"step_concat"}  # StepConcatEnvManager's prompt (trajectory.py)
 
     def make_env(self, tag: str) -> Env:

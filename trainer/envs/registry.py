@@ -15,11 +15,13 @@ from trainer.envs.calculator import Calculator
 from trainer.envs.gem import GuessTheNumber, LetterCounting
 from trainer.envs.gem_data import RollMath, RollQa
 from trainer.envs.grid import FrozenLake, Sokoban
+from trainer.envs.native import SokobanNative
 from trainer.envs.tools import ToolUse
 
 ENVS: dict[str, type[Env]] = {"frozen_lake": FrozenLake, "sokoban": Sokoban, "calculator": Calculator,
                               "tool_use": ToolUse, "game:GuessTheNumber-v0": GuessTheNumber,
-                              "rg:letter_counting": LetterCounting, "roll_math": RollMath, "roll_qa": RollQa}
+                              "rg:letter_counting": LetterCounting, "roll_math": RollMath, "roll_qa": RollQa,
+                              "sokoban_native_env": SokobanNative}
 # Pipeline-level keys an environment may take as keyword-only parameters (never from env_config).
 PIPELINE_KEYS: tuple[str, ...] = ("parse_tool_call_parameter_to_dict",)
 

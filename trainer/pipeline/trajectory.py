@@ -33,6 +33,11 @@ turn's prompt) plus its reply holds at most sequence_length tokens. Each turn sa
 min(budget, sequence_length − input) tokens, so the reply that reaches the cap is cut there and still
 steps the environment; once the next input would be sequence_length tokens or more, the episode ends
 (max_length) with the turns played, the observation that did not fit left out, as ROLL drops it.
+
+ROLL's AgentNativeStepEnvManager (decision 0061) plays environments that keep their own conversation
+(trainer.envs.native.NativeEnv): step-wise, each turn's prompt is the environment's whole message list through the
+chat template (`native_prompt`), the reply is stepped as its text with special tokens kept, and each turn samples
+at most min(max_tokens_per_step, the role's max_new_tokens, the room left) tokens, as ROLL's make_decision.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from torch import Tensor
 
 from trainer.envs.base import DONE_REASONS, Env
 from trainer.envs.manager import EnvManager, Episode, TurnLimits
+from trainer.envs.native import NativeEnv
 from trainer.models.batch import build_batch
 from trainer.rollout.base import Generation, SamplingParams
 
@@ -153,6 +159,15 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+def native_prompt(tokenizer: Any, env: NativeEnv) -> list[int]:
+    """The prompt of an agent-native turn (ROLL's AgentNativeStepEnvManager.format_messages): the environment's whole
+    message list through the chat template with the generation prompt, its tool schemas as `tools`, thinking off,
+    tokenized by the template."""
+    ids = tokenizer.apply_chat_template(list(env.messages), tools=list(env.tool_schemas) or None, tokenize=True,
+                                        add_generation_prompt=True, enable_thinking=False, return_dict=False)
+    return list(ids)
+
+
 def step_text(t: Trajectory, observation: str) -> str:
     """The user message of a step-wise turn (STEP_TEMPLATE), as ROLL's StepEnvManager.format_messages writes it:
     the replies so far n, the last history_length − 1 of them as "(step: s, observation: o, action: a, reward:
@@ -217,6 +232,7 @@ class Trajectory:
     concat: bool = False  # step-wise play with StepConcatEnvManager's prompt (step_text)
     instruction: str = ""
     steps: list[Step] = field(default_factory=list)  # step-wise play: one row per reply
+    native: bool = False  # step-wise play of an environment keeping its messages (native_prompt)
 
     @property
     def score(self) -> float:
@@ -287,6 +303,9 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         else:
             text = f"{instruction}\n{observation}" if instruction else observation
         prompt = encode(setup.tokenizer, first_prompt(setup.tokenizer, text, env.tool_schemas))
+        if isinstance(env, NativeEnv):  # AgentNativeStepEnvManager: the environment's messages are the prompt
+            trajectory.native = True
+            text, prompt = env.messages[-1]["content"], native_prompt(setup.tokenizer, env)
         if setup.sequence_length is not None and len(prompt) >= setup.sequence_length:
             # ROLL would play no turn (and fail building the row); the cap must hold the prompt and a reply
             need = len(prompt) + _budget(trajectory, params)
@@ -322,6 +341,8 @@ def _budget(trajectory: Trajectory, params: SamplingParams, cap: int | None = No
     """Tokens the next reply may sample: max_tokens_per_step (else the role's max_new_tokens), and under ROLL's
     trajectory cap no more than the room the input leaves (ROLL's make_decision)."""
     budget = trajectory.limits.max_new_tokens or params.max_new_tokens
+    if trajectory.native:  # ROLL's AgentNativeStepEnvManager.make_decision: the smaller of the two
+        budget = min(budget, params.max_new_tokens)
     return budget if cap is None else min(budget, cap - len(trajectory.next_input()))
 
 
@@ -334,7 +355,8 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
         t.add(gen.token_ids, sampled=True, logprobs=list(gen.logprobs))
     else:
         t.steps.append(Step(t.prompt_ids, list(gen.token_ids), list(gen.logprobs)))
-    observation, reward, done, info = env.step(reply)
+    # ROLL's agent-native manager steps the reply decoded with its special tokens (module docstring)
+    observation, reward, done, info = env.step(tokenizer.decode(gen.token_ids) if t.native else reply)
     penalty = 0.0 if info["format_ok"] else manager.penalty(t.episode.tag)
     t.rewards.append(float(reward))
     t.penalty += penalty
@@ -356,7 +378,8 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
     elif t.limits.max_actions is not None and t.actions >= t.limits.max_actions:
         t.finish("max_actions")
     elif t.history_length is not None:  # step-wise: the next turn is a fresh prompt, not a continuation
-        prompt = encode(tokenizer, first_prompt(tokenizer, step_text(t, observation)))
+        prompt = (native_prompt(tokenizer, env) if isinstance(env, NativeEnv)
+                  else encode(tokenizer, first_prompt(tokenizer, step_text(t, observation))))
         room = setup.sequence_length if setup.sequence_length is not None else setup.prompt_length + 1
         if len(prompt) >= room:  # ROLL's cap: no turn once the prompt reaches it
             t.finish("max_length")

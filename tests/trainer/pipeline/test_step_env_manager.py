@@ -144,9 +144,9 @@ def test_validation_takes_step_managers_and_refuses_unbuilt_ones() -> None:
 
     assert errors(STEP_CLS) == []
     native = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
-    assert errors(native) == [f"custom_envs.FrozenLake.env_manager_cls: the agent-native step env manager ({native}) "
-                              "is not built in this version of PolicyLab; built: TrajEnvManager (one conversation per "
-                              "row) and StepEnvManager; the trajectory manager plays FrozenLake: override "
+    assert errors(native) == [f"custom_envs.FrozenLake.env_type: 'frozen_lake' does not keep its own conversation, "
+                              f"which the agent-native step env manager ({native}) renders each turn; its "
+                              "environments: sokoban_native_env; the trajectory manager plays frozen_lake: override "
                               "~custom_envs.FrozenLake.env_manager_cls"]
 
 

@@ -13,10 +13,13 @@ from trainer.config.issues import ConfigIssue
 from trainer.config.registries import (
     ENV_CONFIG_KEYS,
     ENV_TYPES,
+    NATIVE_ENV_MANAGER,
+    NATIVE_ENV_TYPES,
     ROLL_DATASET_ENVS,
     ROLL_ENV_MANAGERS,
     ROLL_UNSUPPORTED_ENV_MANAGERS,
     TOOL_CALL_ENV_TYPES,
+    native_manager_refusal,
 )
 from trainer.config.roll_env_config import env_config_range_errors, episode_turns, split_roll_env_config
 from trainer.config.schema import AGENTIC_ADV_ESTIMATORS, UNBUILT_ADV_ESTIMATORS, PipelineConfig
@@ -50,6 +53,7 @@ def check_agentic(config: PipelineConfig) -> list[ConfigIssue]:
             else ("val_batch_size", config.val_batch_size)
         issues += _env_manager_issues(name, manager, *batch)
     issues += _custom_env_issues(config)
+    issues += _native_manager_issues(config)
     issues += _agentic_mode_issues(config)
     issues += _tool_call_issues(config)
     issues += gem_env_issues(config)  # roll_math / roll_qa data, tool_wrapper
@@ -94,6 +98,9 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
             near = NEAREST_ENV.get(env.env_type)
             fix = (f"; the same game runs as the built {near} environment: override custom_envs.{tag}.env_type={near}"
                    if near in ENV_TYPES else "")
+            if env.env_manager_cls == NATIVE_ENV_MANAGER:  # the manager is built; the environment is what is missing
+                fix += (f"; the agent-native step env manager it names is built and plays "
+                        f"{', '.join(NATIVE_ENV_TYPES)} (environments that keep their own conversation)")
             issues.append(error(f"custom_envs.{tag}.env_type", f"{env.env_type!r} is not a registered environment; "
                                 f"valid: {', '.join(ENV_TYPES)}{fix}"))
         cls = env.env_manager_cls
@@ -113,6 +120,22 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
                                   "response_length and a trajectory has room for one turn; set it"))
     # what the played environments would refuse when built (ROLL's env_config keys: trainer.config.roll_env_config)
     return issues + [error(path, message) for path, message in env_config_errors(config)]
+
+
+def _native_manager_issues(config: PipelineConfig) -> list[ConfigIssue]:
+    """The agent-native manager plays exactly the environments that keep their own conversation
+    (registries.native_manager_refusal); a tag's manager is its env_manager_cls, else its env manager's worker_cls."""
+    found: dict[str, str] = {}
+    for manager in [m for m in (config.train_env_manager, config.val_env_manager) if m is not None]:
+        for tag in manager.tags:
+            spec = config.custom_envs.get(tag)
+            if spec is None:
+                continue
+            cls = spec.env_manager_cls or manager.worker_cls
+            refusal = native_manager_refusal(tag, spec.env_type, cls == NATIVE_ENV_MANAGER)
+            if refusal is not None:
+                found.setdefault(*refusal)
+    return [error(path, message) for path, message in found.items()]
 
 
 def env_config_errors(config: PipelineConfig) -> list[tuple[str, str]]:

@@ -104,7 +104,9 @@ class CustomEnvConfig(Section):
         description="ROLL's env-manager class for this environment (it overrides the env manager's worker_cls): "
         "StepEnvManager plays it step-wise (a fresh prompt each turn with the recent turns as text, see "
         "history_length; one training row per reply), StepConcatEnvManager the same with the prompt made of the recent "
-        "observations, one per line; TrajEnvManager or unset, one multi-turn conversation per row.",
+        "observations, one per line; AgentNativeStepEnvManager step-wise too, each prompt the environment's own "
+        "message list through the chat template (environments that keep their messages: sokoban_native_env; "
+        "decision 0061); TrajEnvManager or unset, one multi-turn conversation per row.",
     )
     history_length: int | None = fld(
         None, category="Agentic", ge=1,

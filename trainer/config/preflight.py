@@ -11,6 +11,7 @@ Nothing here imports a heavy package unless a check needs it (torch only to coun
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from trainer.config.engine_limits import check_engine_limits
 from trainer.config.issues import ConfigIssue
 from trainer.config.schema import PipelineConfig, VllmConfig, WorkerConfig
 from trainer.config.topology import TRAINING_ROLES, roles, strategy_name
+from trainer.models.megatron_archs import MEGATRON_MODEL_TYPES
 
 STRATEGY_PACKAGES: dict[str, tuple[str, ...]] = {
     "torch_train": ("torch",),
@@ -41,6 +43,7 @@ GPU_ONLY_STRATEGIES = frozenset({"megatron_train", "megatron_infer", "sglang"})
 FLASH_PACKAGES: dict[str, str] = {"fa2": "flash_attn", "flash_attention_2": "flash_attn",
                                   "flash_attention_3": "flash_attn_interface"}
 ENGINE_STRATEGIES = frozenset({"vllm", "sglang"})  # engines choose their own attention kernel
+MEGATRON_STRATEGIES = frozenset({"megatron_train", "megatron_infer"})
 
 
 def installed(module: str) -> bool:
@@ -163,10 +166,52 @@ def check_adapters(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
+def local_model_config(model: str) -> dict | None:
+    """The config.json of `model` when it is here: a local folder, or a hub id in the local Hugging Face cache
+    (read offline with huggingface_hub.try_to_load_from_cache; never the network). None when it is not here."""
+    path = Path(os.path.expanduser(model))
+    if path.is_dir():
+        file: Path | None = path / "config.json"
+    elif HUB_ID.match(model) and installed("huggingface_hub"):
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json", cache_dir=hf_cache_dir())
+        file = Path(cached) if isinstance(cached, str) else None
+    else:
+        file = None
+    if file is None or not file.is_file():
+        return None
+    try:
+        loaded = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def check_megatron_models(config: PipelineConfig) -> list[ConfigIssue]:
+    """A megatron_train / megatron_infer role's model is one the Megatron conversion builds: its config.json's
+    model_type (read when the model is here) is one of MEGATRON_MODEL_TYPES. The conversion refuses the others
+    too, but only once the workers have started and loaded the model."""
+    issues = []
+    for role, worker in roles(config).items():
+        if strategy_name(role.split(".")[0], worker) not in MEGATRON_STRATEGIES:
+            continue
+        model = worker.model_args.model_name_or_path
+        found = local_model_config(model) if isinstance(model, str) else None
+        model_type = (found or {}).get("model_type")
+        if model_type is not None and model_type not in MEGATRON_MODEL_TYPES:
+            issues.append(ConfigIssue(
+                f"{role}.model_args.model_name_or_path",
+                f"{model!r} is model_type {model_type!r}; megatron_train / megatron_infer convert "
+                f"{', '.join(MEGATRON_MODEL_TYPES)} only: use fsdp2_train / deepspeed_train for this model",
+            ))
+    return issues
+
+
 def preflight(config: PipelineConfig, backend: str = "ray", gpus: int | None = None) -> list[ConfigIssue]:
     """Every reason `config` cannot run on this machine (empty: it can). `gpus`: the CUDA devices to assume
     (None: count them with torch, as `trainer run` does; the web server, which has no torch, passes its own count)."""
     count_gpus = cuda_device_count if gpus is None else (lambda: gpus)
     return [*check_packages(config, backend), *check_devices(config, gpus),
             *check_engine_limits(config, count_gpus, read_files=gpus is None), *check_paths(config),
-            *check_adapters(config)]
+            *check_adapters(config), *check_megatron_models(config)]

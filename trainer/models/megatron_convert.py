@@ -49,7 +49,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-ARCHITECTURES = ("qwen2", "qwen3", "qwen3_moe", "llama")
+from trainer.models.megatron_archs import MEGATRON_MODEL_TYPES
+
+ARCHITECTURES = MEGATRON_MODEL_TYPES
 Head = Literal["lm", "value"]
 
 EMBEDDING = "embedding.word_embeddings.weight"

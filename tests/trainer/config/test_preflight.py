@@ -12,7 +12,13 @@ import pytest
 import yaml
 
 from trainer.config import validate_config
-from trainer.config.preflight import check_devices, check_packages, check_paths, installed
+from trainer.config.preflight import (
+    check_devices,
+    check_megatron_models,
+    check_packages,
+    check_paths,
+    installed,
+)
 from trainer.config.schema import PipelineConfig
 
 REPO = Path(__file__).resolve().parents[3]
@@ -87,3 +93,36 @@ def test_run_stops_at_preflight_with_a_failed_status_event(tmp_path: Path) -> No
     message = statuses[0]["data"]["message"]
     assert message.startswith("preflight failed: actor_train.data_args.file_name:") and "/no/such/rows.jsonl" in message
     assert not (out / "checkpoints").exists()
+
+
+def test_a_megatron_role_whose_model_type_megatron_cannot_build_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local tiny model folder (its config.json) and the same in the HF cache: qwen3_next is refused before any
+    worker starts, qwen3_moe passes; a model that is not here is check_paths' finding, not this one's."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    model = tmp_path / "tiny"
+    model.mkdir()
+
+    def megatron_on(path: str, model_type: str) -> PipelineConfig:
+        (model / "config.json").write_text(json.dumps({"model_type": model_type, "hidden_size": 8}))
+        raw = yaml.safe_load(DEMO.read_text())
+        raw["pretrain"] = path
+        raw["actor_train"]["strategy_args"] = {"strategy_name": "megatron_train", "strategy_config": {}}
+        raw["actor_train"]["model_args"] = {**raw["actor_train"].get("model_args", {}), "model_name_or_path": path}
+        raw["actor_infer"]["generating_args"]["max_new_tokens"] = 3
+        return PipelineConfig.model_validate(raw)  # schema only, as the GPU test above
+
+    issues = check_megatron_models(megatron_on(str(model), "qwen3_next"))
+    assert [i.path for i in issues] == ["actor_train.model_args.model_name_or_path"]
+    assert "model_type 'qwen3_next'" in issues[0].message and "qwen3_moe" in issues[0].message
+    assert check_megatron_models(megatron_on(str(model), "qwen3_moe")) == []
+    # a hub id read from the local cache, offline
+    snapshot = tmp_path / "hub" / "models--Org--Tiny" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "hub" / "models--Org--Tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--Org--Tiny" / "refs" / "main").write_text("abc")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "qwen3_5_moe"}))
+    issues = check_megatron_models(megatron_on("Org/Tiny", "qwen3"))
+    assert ["model_type 'qwen3_5_moe'" in i.message for i in issues] == [True]
+    assert check_megatron_models(megatron_on("Org/Absent", "qwen3")) == []

@@ -286,3 +286,45 @@ def test_qwen3_moe_at_ep2_on_two_ranks_equals_the_hf_model(tmp_path: Path, dispa
         .sum((1, 2))
     )
     assert bool((moved > 0).all()), moved
+
+
+def test_the_moe_keys_reach_megatrons_config() -> None:
+    """strategy_config's MoE keys act (they were 'not built' before): EP, expert TP, the dispatcher, the router
+    dtype, and the grouped GEMM only where Transformer Engine is installed."""
+    from trainer.train.megatron_config import (
+        layer_spec_kwargs,
+        moe_config_kwargs,
+        parse_strategy_config,
+    )
+
+    options = parse_strategy_config(
+        {
+            "expert_model_parallel_size": 2,
+            "expert_tensor_parallel_size": 1,
+            "moe_token_dispatcher_type": "alltoall",
+            "moe_grouped_gemm": True,
+            "moe_router_dtype": "fp32",
+        }
+    )
+    layout = gpt_layout(tiny_causal_lm("qwen3_moe", layers=2, router_aux_loss_coef=0.02).config)
+    on_gpu = moe_config_kwargs(layout, options, te=True)
+    assert {k: on_gpu[k] for k in on_gpu if k != "moe_router_load_balancing_type"} == {
+        "num_moe_experts": 4,
+        "moe_router_topk": 2,
+        "moe_ffn_hidden_size": 24,
+        "moe_router_pre_softmax": False,  # norm_topk_prob: softmax over the top-k logits
+        "moe_aux_loss_coeff": 0.02,
+        "moe_router_dtype": "fp32",
+        "moe_token_dispatcher_type": "alltoall",
+        "moe_grouped_gemm": True,
+        "expert_model_parallel_size": 2,
+        "expert_tensor_parallel_size": 1,
+    }
+    assert on_gpu["moe_router_load_balancing_type"] == "aux_loss"
+    assert moe_config_kwargs(layout, options, te=False)["moe_grouped_gemm"] is False  # SequentialMLP
+    assert layer_spec_kwargs(layout, options, te=False) == {
+        "qk_layernorm": True,
+        "num_experts": 4,
+        "moe_grouped_gemm": False,
+    }
+    assert moe_config_kwargs(gpt_layout(tiny_causal_lm("qwen3").config), options, te=True) == {}

@@ -18,8 +18,6 @@ from trainer.config.sections.base import (
     planned,
 )
 
-MEGATRON_MOE = planned("Mixture-of-experts models under megatron_train / megatron_infer (Qwen2 and Llama are dense)")
-
 
 class MegatronConfig(Section):
     tensor_model_parallel_size: int = fld(1, category="Strategy", ge=1, description="Tensor-parallel degree (TP).")
@@ -33,12 +31,13 @@ class MegatronConfig(Section):
         "gathers the keys and values of the CP group (all-gather KV, docs/decisions/0058).",
     )
     expert_model_parallel_size: int = fld(
-        1, category="Strategy", ge=1, inactive=MEGATRON_MOE,
-        description="Expert-parallel degree (EP) for mixture-of-experts layers.",
+        1, category="Strategy", ge=1,
+        description="Expert-parallel degree (EP) for mixture-of-experts layers (Qwen3-MoE): EP rank e holds experts "
+                    "e·E/EP … (e+1)·E/EP − 1. A dense model takes 1.",
     )
     expert_tensor_parallel_size: int | None = fld(
-        None, category="Strategy", ge=1, inactive=MEGATRON_MOE,
-        description="Tensor-parallel degree inside experts; unset uses TP.",
+        None, category="Strategy", ge=1,
+        description="Tensor-parallel degree inside experts; unset uses TP (megatron-core's default).",
     )
     sequence_parallel: bool = fld(
         False, category="Strategy", description="Shard layer-norm and dropout activations along the sequence (needs TP > 1)."
@@ -53,15 +52,26 @@ class MegatronConfig(Section):
     recompute_num_layers: int | None = fld(
         None, category="Strategy", ge=1, description="Layers recomputed per chunk (uniform) or per stage (block)."
     )
-    moe_layer_recompute: bool = fld(False, category="Strategy", inactive=MEGATRON_MOE,
-                                    description="Recompute mixture-of-experts layers.")
-    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = fld(
-        "allgather", category="Strategy", inactive=MEGATRON_MOE, description="How tokens are routed to experts."
+    moe_layer_recompute: bool = fld(
+        False, category="Strategy",
+        inactive=planned("Recomputing the mixture-of-experts layers alone (recompute_granularity full recomputes "
+                         "whole layers, experts included)"),
+        description="Recompute mixture-of-experts layers.",
     )
-    moe_grouped_gemm: bool = fld(False, category="Strategy", inactive=MEGATRON_MOE,
-                                 description="Run all local experts as one grouped GEMM.")
+    moe_token_dispatcher_type: Literal["allgather", "alltoall"] = fld(
+        "allgather", category="Strategy",
+        description="How tokens reach their experts across expert-parallel ranks: allgather or alltoall "
+                    "(megatron-core's dispatchers; the same result, other communication).",
+    )
+    moe_grouped_gemm: bool = fld(
+        False, category="Strategy",
+        description="Run a rank's experts as one grouped GEMM: Transformer Engine's TEGroupedMLP where TE is "
+                    "installed; without TE the experts run one by one (megatron's SequentialMLP, the same result).",
+    )
     moe_shared_expert_overlap: bool = fld(
-        False, category="Strategy", inactive=MEGATRON_MOE, description="Overlap shared-expert compute with token dispatch."
+        False, category="Strategy",
+        inactive=import_only("Qwen3-MoE, the mixture-of-experts model megatron_train builds, has no shared expert"),
+        description="Overlap shared-expert compute with token dispatch.",
     )
     overlap_grad_reduce: bool = fld(
         False, category="Strategy", description="Overlap gradient reduction with the backward pass."
@@ -99,8 +109,9 @@ class MegatronConfig(Section):
         None, category="Strategy", inactive=import_only("megatron-core picks its attention kernel"),
         description="ROLL: ask megatron-core for flash attention.",
     )
-    moe_router_dtype: str | None = fld(
-        None, category="Strategy", inactive=MEGATRON_MOE, description="ROLL: dtype of the MoE router's logits.",
+    moe_router_dtype: Literal["fp32", "fp64"] | None = fld(
+        None, category="Strategy",
+        description="ROLL: dtype of the MoE router's logits and routing (unset: the model's dtype, as HF).",
     )
     fp8: str | None = fld(
         None, category="Strategy", inactive=import_only("FP8 training is not built; the role trains in model_args.dtype"),

@@ -58,6 +58,8 @@ class _GridEnv(Env):
     """Shared turn handling: parse the reply, refuse a step after the end, report format errors."""
 
     done: bool
+    # reward of a reply with no valid action, before the manager's format_penalty: ROLL's FrozenLake gives 0
+    INVALID_REPLY_REWARD = 0.0
 
     def __init__(self, action_format: str) -> None:
         self.example_reply = _reply_format(action_format)
@@ -69,7 +71,7 @@ class _GridEnv(Env):
             raise RuntimeError(f"{type(self).__name__}.step after the episode ended; call reset(seed) first")
         action = parse_action(reply, ALIASES, self.action_format)
         if action is None:
-            return StepResult(self.render(), 0.0, False,
+            return StepResult(self.render(), self.INVALID_REPLY_REWARD, False,
                               {"format_ok": False, "success": False, "action": None})
         reward, success = self._move(action)
         return StepResult(self.render(), reward, self.done,
@@ -189,6 +191,9 @@ class Sokoban(_GridEnv):
     """Module docstring."""
 
     STEP_PENALTY, BOX_ON_TARGET, FINISHED = -0.1, 1.0, 10.0
+    # ROLL's SokobanEnv plays a reply with no valid action as gym-sokoban's action 0, a no-op that still
+    # costs the step penalty (roll/pipeline/agentic/env/sokoban/env.py, step)
+    INVALID_REPLY_REWARD = STEP_PENALTY
 
     def __init__(self, dim_x: int = ROOM["dim_x"].default, dim_y: int = ROOM["dim_y"].default,
                  num_boxes: int = ROOM["num_boxes"].default, search_depth: int = ROOM["search_depth"].default,

@@ -88,8 +88,7 @@ class SokobanNative(NativeEnv):
     def step(self, reply: str) -> StepResult:
         result = self.game.step(reply)
         self.messages += [{"role": "assistant", "content": reply}, next_user_message(result.observation, self.suffix)]
-        reward = result.reward if result.info["format_ok"] else Sokoban.STEP_PENALTY  # gym-sokoban's no-op step
-        return StepResult(result.observation, reward, result.done, result.info)
+        return StepResult(result.observation, result.reward, result.done, result.info)
 
     def render(self) -> str:
         return self.game.render()

@@ -194,6 +194,16 @@ def test_a_broken_reply_changes_nothing_and_says_so() -> None:
         FrozenLake(action_format="json")
 
 
+def test_a_broken_sokoban_reply_costs_the_step_penalty_as_rolls_no_op() -> None:
+    """ROLL's SokobanEnv plays a reply with no valid action as gym-sokoban's no-op action 0: the board stays,
+    the step penalty (-0.1) is paid; FrozenLake's broken reply pays nothing before the format penalty."""
+    env = Sokoban()
+    start = env.reset(3)
+    observation, reward, done, info = env.step("Left")  # answer_tag format: a bare word is no action
+    assert (observation, reward, done, info["format_ok"]) == (start, Sokoban.STEP_PENALTY, False, False)
+    assert reward == -0.1
+
+
 # -- calculator ---------------------------------------------------------------------------------
 
 

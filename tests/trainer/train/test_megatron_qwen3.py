@@ -328,3 +328,38 @@ def test_the_moe_keys_reach_megatrons_config() -> None:
         "moe_grouped_gemm": False,
     }
     assert moe_config_kwargs(gpt_layout(tiny_causal_lm("qwen3").config), options, te=True) == {}
+
+
+def test_attention_lora_on_qwen3_moe_computes_what_peft_computes(one_rank: None) -> None:
+    """ROLL's Qwen3-30B-A3B LoRA file adapts the attention (validation refuses expert targets, decision 0054):
+    PEFT's adapters on a tiny Qwen3-MoE give the PEFT model's log-probs and PEFT's names back."""
+    from trainer.config.schema import ModelArgs
+    from trainer.models import lora
+
+    def lora_moe() -> torch.nn.Module:
+        torch.manual_seed(3)
+        model = lora.add_lora(
+            tiny_causal_lm("qwen3_moe", layers=2),
+            ModelArgs(
+                lora_target="q_proj,k_proj,v_proj,o_proj",
+                lora_rank=4,
+                lora_alpha=8,
+                autocast_adapter_dtype=False,
+            ),
+        )
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if ".lora_B." in name:
+                    param.copy_(
+                        torch.randn(param.shape, generator=torch.Generator().manual_seed(len(name))) * 0.1
+                    )
+        return model
+
+    batch = rollout_batch(4, seed=1)
+    hf = lora_moe()
+    strategy = build_strategy("megatron_train", lora_moe(), SGD)
+    got = forward_in_chunks(logprobs_fn(TEMPERATURE), strategy, batch, chunk=4) * batch["response_mask"]
+    with torch.no_grad():
+        expected = response_logprobs(hf, batch, TEMPERATURE) * batch["response_mask"]
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-5)
+    assert_same_state(strategy.full_state_dict(), hf.state_dict())

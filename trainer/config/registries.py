@@ -193,12 +193,24 @@ ROLL_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.env_manager.step_concat_env_manager.StepConcatEnvManager": "step_concat",
     # one row per reply, each prompt the environment's own message list (trainer.envs.native, decision 0061)
     "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager": "native",
+    # one conversation per row, its prompts written by the tag's agent runner (trainer.envs.agent_runner)
+    "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager": "proxy",
+}
+PROXY_ENV_MANAGER = "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
+
+# ROLL's agent runners (`custom_envs.<tag>.agent_runner_cls`, read by the proxy env manager): built, and not
+GEM_RUNNER = "roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"
+ROLL_AGENT_RUNNERS: dict[str, str] = {GEM_RUNNER: "GEMRunner (text environments; agent_system_template, agent_template)"}
+ROLL_UNSUPPORTED_AGENT_RUNNERS: dict[str, str] = {
+    "roll.pipeline.agentic.agent_runner.gem_runner.ToolCallRunner": "tool-call runner (OpenAI function calling)",
+    "roll.pipeline.agentic.agent_runner.rock.push_runner.PushModeRunner": "ROCK sandbox runner (push mode)",
+    "roll.pipeline.agentic.agent_runner.rock.pull_runner.PullModeRunner": "ROCK sandbox runner (pull mode)",
+    "roll.pipeline.agentic.agent_runner.rock.rock_agent_runner.RockAgentRunner": "ROCK sandbox runner",
 }
 
 # ROLL env-manager classes that ROLL documents but we do not implement yet (clear error).
 ROLL_UNSUPPORTED_ENV_MANAGERS: dict[str, str] = {
     "roll.pipeline.agentic.env_manager.vl_traj_env_manager.VLTrajEnvManager": "vision-language env manager",
-    "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager": "proxy env manager (agent runners)",
 }
 NATIVE_ENV_MANAGER = "roll.pipeline.agentic.env_manager.agent_native_env_manager.AgentNativeStepEnvManager"
 # The environments that keep their own conversation, which only the agent-native manager plays (trainer.envs.native;

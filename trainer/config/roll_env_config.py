@@ -22,12 +22,18 @@ where it is built (trainer.envs.registry.make_env), naming the valid keys.
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainer.config.registries import (
     ANSWER_TAG_PATTERN,
     ENV_CONFIG_BOUNDS,
+    GEM_RUNNER,
+    ROLL_AGENT_RUNNERS,
+    ROLL_UNSUPPORTED_AGENT_RUNNERS,
+    TOOL_CALL_ENV_TYPES,
     EnvBound,
     env_config_defaults,
     env_config_refusals,
@@ -117,3 +123,52 @@ def _nearest_valid(bound: EnvBound, value: Any, options: Mapping[str, Any]) -> A
 def episode_turns(spec: CustomEnvConfig) -> int:
     """Replies before an episode is cut off: max_steps, else max_actions_per_traj, else DEFAULT_MAX_TURNS."""
     return spec.max_steps or spec.max_actions_per_traj or DEFAULT_MAX_TURNS
+
+
+# ROLL's GEMRunner (the proxy env manager's agent runner, trainer.envs.agent_runner): the agent_template fields it
+# fills; any other is a KeyError in ROLL
+AGENT_TEMPLATE_FIELDS: tuple[str, ...] = ("observation", "turn_idx", "suffix", "actions_left", "max_response_length")
+
+
+def template_refusal(template: str) -> str | None:
+    """Why GEMRunner cannot render agent_template (a field it does not fill, a positional `{}`, a stray brace),
+    else None."""
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        return f"not a format string ({exc})"
+    unknown = sorted({re.split(r"[.\[!:]", name, maxsplit=1)[0] or "{}" for name in fields} - set(AGENT_TEMPLATE_FIELDS))
+    if unknown:
+        return (f"names {', '.join(unknown)}, which GEMRunner does not fill (it fills "
+                f"{', '.join(AGENT_TEMPLATE_FIELDS)})")
+    return None
+
+
+def agent_runner_refusal(spec: CustomEnvConfig, tag: str) -> tuple[str, str, bool] | None:
+    """(field, message, whether ROLL has it but it is not built) when the proxy env manager cannot play custom env
+    `tag`: its agent_runner_cls unset or not built (GEMRunner is), its templates unset or not renderable, or its
+    environment taking tool calls (GEMRunner sends text only); None when it can. Each message names the override."""
+    where = f"custom_envs.{tag}"
+    cls = spec.agent_runner_cls
+    if cls is None:
+        return (f"{where}.agent_runner_cls", f"unset, but the proxy env manager plays {tag} through an agent runner "
+                f"(built: GEMRunner): override {where}.agent_runner_cls={GEM_RUNNER}", False)
+    if cls not in ROLL_AGENT_RUNNERS:
+        what = ROLL_UNSUPPORTED_AGENT_RUNNERS.get(cls)
+        name = f"the {what} ({cls})" if what else f"unknown agent runner class {cls!r}"
+        return (f"{where}.agent_runner_cls", f"{name} is not built in this version of PolicyLab; built: "
+                f"{GEM_RUNNER} (text environments): override {where}.agent_runner_cls={GEM_RUNNER}, or "
+                f"~{where}.env_manager_cls to play {tag} with the trajectory manager", what is not None)
+    for name in ("agent_system_template", "agent_template"):
+        if getattr(spec, name) is None:
+            return (f"{where}.{name}", f"unset, but GEMRunner (the proxy env manager's runner) writes {tag}'s prompts "
+                    f"with it: set {where}.{name}", False)
+    assert spec.agent_template is not None
+    why = template_refusal(spec.agent_template)
+    if why:
+        return (f"{where}.agent_template", f"{why}; ROLL's GEMRunner would fail to render it: override "
+                f"{where}.agent_template with a template of those fields", False)
+    if spec.env_type in TOOL_CALL_ENV_TYPES:
+        return (f"{where}.env_manager_cls", f"GEMRunner sends text only and env_type {spec.env_type} takes tool "
+                f"calls; the trajectory manager plays it: override ~{where}.env_manager_cls", False)
+    return None

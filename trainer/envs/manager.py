@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainer.config.registries import native_manager_refusal
-from trainer.config.roll_env_config import episode_turns, split_roll_env_config
+from trainer.config.roll_env_config import agent_runner_refusal, episode_turns, split_roll_env_config
 from trainer.config.roll_tools import split_tool_wrapper
+from trainer.envs.agent_runner import DEFAULT_MAX_RESPONSE_LENGTH, GEMRunner
 from trainer.envs.base import Env
 from trainer.envs.gem_tools import wrap
 from trainer.envs.registry import env_manager_kind, make_env
@@ -70,6 +71,17 @@ class TurnLimits:
     max_turns: int  # replies before the episode is cut off (max_steps)
     max_actions: int | None  # valid actions before it is cut off (max_actions_per_traj)
     max_new_tokens: int | None  # tokens sampled per turn (max_tokens_per_step); None: the role's
+
+
+def proxy_runner(spec: CustomEnvConfig, tag: str, max_turns: int) -> GEMRunner:
+    """The agent runner of a tag the proxy env manager plays (max_steps: the episode's reply limit); ValueError
+    naming the field and the override when it cannot (trainer.config.roll_env_config.agent_runner_refusal)."""
+    refusal = agent_runner_refusal(spec, tag)
+    if refusal is not None:
+        raise ValueError(f"{refusal[0]}: {refusal[1]}")
+    assert spec.agent_system_template is not None and spec.agent_template is not None
+    return GEMRunner(spec.agent_system_template, spec.agent_template, max_turns,
+                     spec.max_tokens_per_step or DEFAULT_MAX_RESPONSE_LENGTH)
 
 
 def turn_limits(spec: CustomEnvConfig) -> TurnLimits:
@@ -122,7 +134,8 @@ class EnvManager:
         kinds = {tag: default_kind if spec.env_manager_cls is None else
                  env_manager_kind(spec.env_manager_cls, where=f"custom_envs.{tag}.env_manager_cls")
                  for tag, spec in self.specs.items()}
-        if len(set(kinds.values())) > 1:
+        # the proxy manager plays one conversation per row too: it mixes with the trajectory manager
+        if len({"trajectory" if kind == "proxy" else kind for kind in kinds.values()}) > 1:
             raise ValueError(f"{name}.tags: {kinds} mix step-wise and trajectory env managers in one batch; give "
                              "every tag of one env manager the same env_manager_cls")
         for tag, kind in kinds.items():  # the agent-native manager plays exactly the environments keeping messages
@@ -131,6 +144,9 @@ class EnvManager:
                 raise ValueError(f"{refusal[0]}: {refusal[1]}")
         self.step_wise = set(kinds.values()) <= {"step", "step_concat", "native"}
         self.step_concat = set(kinds.values()) == {"step_concat"}  # StepConcatEnvManager's prompt (trajectory.py)
+        # ProxyEnvManager: the tag's agent runner writes the prompts (trainer.envs.agent_runner, decision 0060)
+        self.runners = {tag: proxy_runner(self.specs[tag], tag, self.limits(tag).max_turns)
+                        for tag, kind in kinds.items() if kind == "proxy"}
 
     def make_env(self, tag: str) -> Env:
         spec = self.specs[tag]
@@ -149,8 +165,14 @@ class EnvManager:
                              f"tools: override ~custom_envs.{tag}.tool_wrapper") from None
 
     def penalty(self, tag: str) -> float:
-        """The reward added to a reply of `tag`'s environment that breaks the action format."""
-        return self.format_penalties.get(tag, self.format_penalty)
+        """The reward added to a reply of `tag`'s environment that breaks the action format: the environment's
+        format_penalty, else the env manager's (ROLL's ProxyEnvManager never reads it: 0, ROLL's env default)."""
+        return self.format_penalties.get(tag, 0.0 if tag in self.runners else self.format_penalty)
+
+    def runner(self, tag: str) -> GEMRunner | None:
+        """The agent runner that writes `tag`'s prompts (ProxyEnvManager), None for the other managers."""
+        return self.runners.get(tag)
+
 
     def instruction(self, tag: str, env: Env) -> str:
         """The config's env_instruction when set (even empty), else the environment's own."""

@@ -38,6 +38,16 @@ ROLL's AgentNativeStepEnvManager (decision 0061) plays environments that keep th
 (trainer.envs.native.NativeEnv): step-wise, each turn's prompt is the environment's whole message list through the
 chat template (`native_prompt`), the reply is stepped as its text with special tokens kept, and each turn samples
 at most min(max_tokens_per_step, the role's max_new_tokens, the room left) tokens, as ROLL's make_decision.
+
+ROLL's ProxyEnvManager (`env_manager_cls`, decision 0060) plays the same loop with three differences. Its agent
+runner (trainer.envs.agent_runner.GEMRunner) writes the messages: a system message (agent_system_template and the
+instruction) and one user message per observation through agent_template. Its tokens are ROLL's MessageTracker's:
+each message tokenized alone (`message_ids`: a user message after ROLL's dummy history, its own tokens sliced
+off), and after each reply one newline token and the next user message's tokens (generation prompt included),
+whatever the reply generated: a reply cut at its budget gets no end-of-turn token. Each turn samples at most
+min(max_tokens_per_step, the role's max_new_tokens, the room left). An episode that runs out of room is ROLL's
+failed request: its score is 0 (EpisodeResult "Failed"), the turns played still trained. Its format penalty is
+the environment's format_penalty only (ROLL's env default 0; the proxy never reads the env manager's).
 """
 
 from __future__ import annotations
@@ -159,6 +169,40 @@ def encode(tokenizer: Any, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+# ROLL's MessageTracker (roll/pipeline/agentic/env_manager/message_tracker.py): the dummy history a single message
+# is rendered after
+BASE_CHAT_HISTORY = ({"role": "system", "content": "You are a helpful assistant."},
+                     {"role": "user", "content": "I am a user."})
+
+
+def _template_ids(tokenizer: Any, messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> list[int]:
+    return encode(tokenizer, tokenizer.apply_chat_template(list(messages), add_generation_prompt=add_generation_prompt,
+                                                           tokenize=False, enable_thinking=False))
+
+
+def message_ids(tokenizer: Any, message: dict[str, str], add_generation_prompt: bool = False) -> list[int]:
+    """One message's tokens as ROLL's MessageTracker.tokenize_single_message makes them: a system message through
+    the chat template alone; any other rendered after BASE_CHAT_HISTORY, its tokens those past the history's own
+    (full_ids[base_offset:])."""
+    if message["role"] == "system":
+        return _template_ids(tokenizer, [message], False)
+    base = _template_ids(tokenizer, BASE_CHAT_HISTORY, False)
+    return _template_ids(tokenizer, [*BASE_CHAT_HISTORY, message], add_generation_prompt)[len(base):]
+
+
+def proxy_prompt(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """The proxy's first input: each message's message_ids, the last with the generation prompt (ROLL's
+    MessageTracker.build_input_ids before any reply)."""
+    return [tid for k, m in enumerate(messages)
+            for tid in message_ids(tokenizer, m, add_generation_prompt=k == len(messages) - 1)]
+
+
+def proxy_between(tokenizer: Any, user_text: str) -> list[int]:
+    """The proxy's tokens from the end of one reply to the start of the next: the newline token ROLL inserts after
+    every assistant message, then the next user message's message_ids with the generation prompt."""
+    return encode(tokenizer, "\n")[:1] + message_ids(tokenizer, {"role": "user", "content": user_text}, True)
+
+
 def native_prompt(tokenizer: Any, env: NativeEnv) -> list[int]:
     """The prompt of an agent-native turn (ROLL's AgentNativeStepEnvManager.format_messages): the environment's whole
     message list through the chat template with the generation prompt, its tool schemas as `tools`, thinking off,
@@ -233,10 +277,13 @@ class Trajectory:
     instruction: str = ""
     steps: list[Step] = field(default_factory=list)  # step-wise play: one row per reply
     native: bool = False  # step-wise play of an environment keeping its messages (native_prompt)
+    proxy: bool = False  # played by ROLL's ProxyEnvManager (module docstring)
+    failed: bool = False  # the proxy's failed episode (it ran out of room): score 0
 
     @property
     def score(self) -> float:
-        return sum(self.rewards) + self.penalty
+        """Σ rewards + Σ format penalties; 0 for the proxy's failed episode (ROLL's EpisodeResult "Failed")."""
+        return 0.0 if self.failed else sum(self.rewards) + self.penalty
 
     @property
     def step_scores(self) -> list[float]:
@@ -295,9 +342,10 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         env = manager.make_env(episode.tag)
         observation = env.reset(episode.seed)
         instruction = manager.instruction(episode.tag, env)
+        runner = manager.runner(episode.tag)
         trajectory = Trajectory(episode, manager.limits(episode.tag), [], observations=[observation],
                                 history_length=manager.history_length(episode.tag), instruction=instruction,
-                                concat=manager.step_concat)
+                                concat=manager.step_concat, proxy=runner is not None)
         if trajectory.history_length is not None:
             text = step_text(trajectory, observation)
         else:
@@ -306,6 +354,11 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
         if isinstance(env, NativeEnv):  # AgentNativeStepEnvManager: the environment's messages are the prompt
             trajectory.native = True
             text, prompt = env.messages[-1]["content"], native_prompt(setup.tokenizer, env)
+        first_turn: dict[str, Any] = {}
+        if runner is not None:  # ProxyEnvManager: the agent runner's system and first user message
+            system, user = runner.first_messages(instruction, observation)
+            text, first_turn = user["content"], {"system": system["content"]}
+            prompt = proxy_prompt(setup.tokenizer, [system, user])
         if setup.sequence_length is not None and len(prompt) >= setup.sequence_length:
             # ROLL would play no turn (and fail building the row); the cap must hold the prompt and a reply
             need = len(prompt) + _budget(trajectory, params)
@@ -317,7 +370,7 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
                              f"more than {setup.prompt_length}; raise prompt_length or shorten "
                              f"custom_envs.{episode.tag}.env_instruction")
         trajectory.prompt_ids = prompt
-        trajectory.turns.append({"role": "user", "text": text, "tokens": len(prompt), "loss": False})
+        trajectory.turns.append({"role": "user", "text": text, "tokens": len(prompt), "loss": False, **first_turn})
         if setup.keep_frames:
             trajectory.frames.append(env.render())
         envs.append(env)
@@ -338,10 +391,11 @@ def play(setup: PlaySetup, manager: EnvManager, episodes: list[Episode], params:
 
 
 def _budget(trajectory: Trajectory, params: SamplingParams, cap: int | None = None) -> int:
-    """Tokens the next reply may sample: max_tokens_per_step (else the role's max_new_tokens), and under ROLL's
-    trajectory cap no more than the room the input leaves (ROLL's make_decision)."""
+    """Tokens the next reply may sample: max_tokens_per_step (else the role's max_new_tokens; the agent-native and
+    proxy managers: the smaller of the two), and under ROLL's trajectory cap no more than the room the input leaves
+    (ROLL's make_decision)."""
     budget = trajectory.limits.max_new_tokens or params.max_new_tokens
-    if trajectory.native:  # ROLL's AgentNativeStepEnvManager.make_decision: the smaller of the two
+    if trajectory.native or trajectory.proxy:  # ROLL's AgentNativeStepEnvManager / ProxyEnvManager: the smaller
         budget = min(budget, params.max_new_tokens)
     return budget if cap is None else min(budget, cap - len(trajectory.next_input()))
 
@@ -388,16 +442,22 @@ def _advance(setup: PlaySetup, manager: EnvManager, t: Trajectory, env: Env, gen
             t.observations.append(observation)
             observation_turn["tokens"] = len(prompt)
     else:
-        # a reply ended by EOS (or a stop token such as <|im_end|>) generated the start of the close itself
-        closing = tokenizer.decode(gen.token_ids[-1:]) if gen.stop_reason in ("eos", "stop") else ""
-        between = encode(tokenizer, setup.chat.between_replies(observation, closing) if results is None
-                         else setup.chat.between_tool_results(results, closing))
+        runner = manager.runner(t.episode.tag)
+        if runner is not None:  # ProxyEnvManager: a newline and the runner's next user message (module docstring)
+            observation_turn["text"] = runner.user_text(observation, t.replies + 1)
+            between = proxy_between(tokenizer, observation_turn["text"])
+        else:
+            # a reply ended by EOS (or a stop token such as <|im_end|>) generated the start of the close itself
+            closing = tokenizer.decode(gen.token_ids[-1:]) if gen.stop_reason in ("eos", "stop") else ""
+            between = encode(tokenizer, setup.chat.between_replies(observation, closing) if results is None
+                             else setup.chat.between_tool_results(results, closing))
         if setup.sequence_length is not None:  # ROLL: no turn once the input reaches the cap
             full = len(t.prompt_ids) + len(t.response_ids) + len(between) >= setup.sequence_length
         else:
             full = len(t.response_ids) + len(between) + _budget(t, params) > setup.response_length
         if full:
             t.finish("max_length")
+            t.failed = t.proxy  # ROLL's runner: the refused request fails the episode
         else:
             t.add(between, sampled=False)
             t.observations.append(observation)

@@ -65,8 +65,9 @@ def test_a_coherent_agentic_config_needs_no_data_and_no_reward() -> None:
             {
                 "train_env_manager.worker_cls": "roll.pipeline.agentic.env_manager.proxy_env_manager.ProxyEnvManager"
             },
-            "train_env_manager.worker_cls",
-            ["proxy env manager (agent runners) is not supported yet", "never imported"],
+            "custom_envs.Lake.agent_runner_cls",  # built (decision 0060): the runner it needs is named
+            ["unset, but the proxy env manager plays Lake through an agent runner",
+             "override custom_envs.Lake.agent_runner_cls=roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner"],
         ),
         (
             {"custom_envs.Lake.env_type": "maze"},

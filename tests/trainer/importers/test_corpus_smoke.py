@@ -89,8 +89,10 @@ def reward_range(config: PipelineConfig) -> tuple[float, float]:
     return 0.0, 1.0
 
 
-def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str], extra: Sequence[str] = ()) -> None:
-    """`extra`: overrides after the fixing ones (a CPU-sized variant of a file preflight skips)."""
+def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str], extra: Sequence[str] = (),
+          after: Sequence[str] = ()) -> None:
+    """`extra`: overrides after the fixing ones (a CPU-sized variant of a file preflight skips); `after`: overrides
+    after the smoke's own (lengths a file's prompts need with the tiny model's byte-level tokenizer)."""
     try:
         overrides, result = fixing_overrides(name)
     except AssertionError as refused:  # test_foreign_corpus fails for it: the smoke is for files that validate
@@ -106,7 +108,7 @@ def smoke(name: str, tmp_path: Path, tiny_models: dict[str, str], extra: Sequenc
     data.write_text("".join(json.dumps(r) + "\n" for r in smoke_rows(translated, rows)), encoding="utf-8")
     out = tmp_path / "out"
     shrunk = validate_config(native, smoke_overrides(translated, model=tiny_models[smoke_model(translated)],
-                                                     data_file=str(data), output_dir=str(out)))
+                                                     data_file=str(data), output_dir=str(out)) + list(after))
     assert shrunk.ok, [str(i) for i in shrunk.errors]
     outside = [(field, value) for field, value, access in path_fields(shrunk.config)
                if access == "write" and not str(value).startswith(str(out))]
@@ -205,3 +207,25 @@ def test_the_agentic_one_step_off_file_runs_cpu_sized(tmp_path: Path, tiny_model
     assert records[0]["ev"] == "start" and records[0]["mode"] == "one_step_off"
     trained = {r["step"]: r for r in records if r["ev"] == "train"}
     assert trained[1]["staleness"] == 0 and all(r["staleness"] <= 1 for r in trained.values())
+
+
+AGENT_RUNNER = "roll/qwen2.5-0.5B-agentic/agentic_val_sokoban_agent_runner.yaml"
+
+
+def test_the_agent_runner_file_runs_cpu_sized(tmp_path: Path, tiny_models: dict[str, str]) -> None:
+    """ROLL's ProxyEnvManager file (GEMRunner, decision 0060) trains on Megatron (preflight skips it here); with
+    torch_train and an hf_infer reference instead, both steps play its Sokoban tag through GEMRunner's messages:
+    the logged prompts open with its agent_system_template and its agent_template's first turn. Its templates as
+    shipped; with the byte-level tiny tokenizer they make a ~400-token first prompt (the environment's instruction
+    left out), within the tiny model's 512 positions, so the next turn does not fit and the episode fails (score 0)."""
+    smoke(AGENT_RUNNER, tmp_path, tiny_models, extra=CPU_SIZED,
+          after=("custom_envs.SimpleSokoban.env_instruction=''", "prompt_length=448", "response_length=64",
+                 "actor_infer.strategy_args.strategy_config.max_model_len=512"))
+    samples = [s for e in events(tmp_path / "out", "rollouts") for s in e["data"]["samples"]]
+    assert samples and all(s["prompt"].startswith("<|im_start|>system\nYou're a helpful assistant. You are a good "
+                                                   "game player. You are aiming to get high reward in the game."
+                                                   "<|im_end|>\n<|im_start|>user\nTurn 1:\nObservation:\n")
+                           for s in samples)
+    metrics = metrics_by_step(tmp_path / "out")
+    assert all(metrics[step]["env/done/max_length"] == 1.0 and metrics[step]["env/num_turns"] == 1.0
+               and metrics[step]["reward/mean"] == 0.0 for step in (1, 2)), metrics  # ROLL's failed episode: 0

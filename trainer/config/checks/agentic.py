@@ -15,13 +15,19 @@ from trainer.config.registries import (
     ENV_TYPES,
     NATIVE_ENV_MANAGER,
     NATIVE_ENV_TYPES,
+    PROXY_ENV_MANAGER,
     ROLL_DATASET_ENVS,
     ROLL_ENV_MANAGERS,
     ROLL_UNSUPPORTED_ENV_MANAGERS,
     TOOL_CALL_ENV_TYPES,
     native_manager_refusal,
 )
-from trainer.config.roll_env_config import env_config_range_errors, episode_turns, split_roll_env_config
+from trainer.config.roll_env_config import (
+    agent_runner_refusal,
+    env_config_range_errors,
+    episode_turns,
+    split_roll_env_config,
+)
 from trainer.config.schema import AGENTIC_ADV_ESTIMATORS, UNBUILT_ADV_ESTIMATORS, PipelineConfig
 from trainer.config.topology import lengths, rollout_schedule
 
@@ -110,6 +116,11 @@ def _custom_env_issues(config: PipelineConfig) -> list[ConfigIssue]:
                                       "built: TrajEnvManager (one conversation per row) and StepEnvManager; the "
                                       f"trajectory manager plays {tag}: override ~custom_envs.{tag}.env_manager_cls",
                                       kind="not_built"))
+        if tag in proxy_tags(config):
+            refusal = agent_runner_refusal(env, tag)
+            if refusal is not None:
+                path, message, not_built = refusal
+                issues.append(ConfigIssue(path, message, kind="not_built") if not_built else error(path, message))
         turn = env.max_tokens_per_step or turn_default
         if not capped and turn > config.response_length:  # capped: ROLL trims each turn to the room left
             issues.append(error(f"custom_envs.{tag}.max_tokens_per_step", f"{turn} tokens per turn exceed "
@@ -136,6 +147,17 @@ def _native_manager_issues(config: PipelineConfig) -> list[ConfigIssue]:
             if refusal is not None:
                 found.setdefault(*refusal)
     return [error(path, message) for path, message in found.items()]
+
+
+def proxy_tags(config: PipelineConfig) -> set[str]:
+    """The custom envs ROLL's ProxyEnvManager plays: env_manager_cls names it, or it is unset and the worker_cls of
+    an env manager playing the tag does (trainer.envs.manager)."""
+    tags = {tag for tag, env in config.custom_envs.items() if env.env_manager_cls == PROXY_ENV_MANAGER}
+    for manager in (config.train_env_manager, config.val_env_manager):
+        if manager is not None and manager.worker_cls == PROXY_ENV_MANAGER:
+            tags |= {tag for tag in manager.tags
+                     if tag in config.custom_envs and config.custom_envs[tag].env_manager_cls is None}
+    return tags
 
 
 def env_config_errors(config: PipelineConfig) -> list[tuple[str, str]]:

@@ -7,13 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from trainer.config.checks.agentic import proxy_tags
 from trainer.config.checks.common import warning
 from trainer.config.issues import ConfigIssue
 from trainer.config.registries import BUILT_STRATEGIES
-from trainer.config.schema import PipelineConfig, field_status
+from trainer.config.schema import CustomEnvConfig, PipelineConfig, field_status
 from trainer.config.topology import TRAINING_ROLES, lengths
 
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+# custom env fields only ROLL's ProxyEnvManager reads (its agent runner): inactive unless it plays the env
+PROXY_RUNNER_FIELDS = ("agent_runner_cls", "agent_system_template", "agent_template")
 
 
 def check_suspicious(config: PipelineConfig) -> list[ConfigIssue]:
@@ -75,6 +78,7 @@ def check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:
     act on (schema.Inactive): accepted for import only, or reserved for an unbuilt backend. The
     strategy_config of an unbuilt strategy is skipped: its strategy_name is already an error."""
     issues: list[ConfigIssue] = []
+    proxied = {f"custom_envs.{tag}" for tag in proxy_tags(config)}
 
     def walk(model: BaseModel, path: str) -> None:
         for name in sorted(model.model_fields_set):
@@ -84,6 +88,8 @@ def check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:
             if where == "sequence_length" and lengths(config).trajectory_cap is None:  # acts only as ROLL's cap
                 status, reason = "import_only", ("prompt_length + response_length bound every sequence (it caps a "
                                                  "whole trajectory only in an agentic run that leaves both unset)")
+            if isinstance(model, CustomEnvConfig) and name in PROXY_RUNNER_FIELDS and path in proxied:
+                status = "acts"  # GEMRunner reads them (trainer.envs.agent_runner)
             if status != "acts":
                 if not _is_default(type(model).model_fields[name], value):
                     issues.append(warning(where, _inactive_message(status, reason)))

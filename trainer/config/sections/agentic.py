@@ -106,7 +106,8 @@ class CustomEnvConfig(Section):
         "history_length; one training row per reply), StepConcatEnvManager the same with the prompt made of the recent "
         "observations, one per line; AgentNativeStepEnvManager step-wise too, each prompt the environment's own "
         "message list through the chat template (environments that keep their messages: sokoban_native_env; "
-        "decision 0061); TrajEnvManager or unset, one multi-turn conversation per row.",
+        "decision 0061); ProxyEnvManager one conversation per row whose prompts agent_runner_cls writes (decision "
+        "0060); TrajEnvManager or unset, one multi-turn conversation per row.",
     )
     history_length: int | None = fld(
         None, category="Agentic", ge=1,
@@ -117,11 +118,13 @@ class CustomEnvConfig(Section):
                                 description="ROLL: serialise this environment's steps across threads.")
     agent_system_template: str | None = fld(
         None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
-        description="ROLL's system prompt for this environment.",
+        description="ROLL's system prompt for this environment; read only by ProxyEnvManager's GEMRunner (the system "
+        "message: it, a blank line, the environment's instruction).",
     )
     agent_template: str | None = fld(
         None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
-        description="ROLL's per-turn prompt template ({observation}, {turn_idx}, …).",
+        description="ROLL's per-turn prompt template ({observation}, {turn_idx}, {actions_left}, "
+        "{max_response_length}, {suffix}); read only by ProxyEnvManager's GEMRunner (each user message).",
     )
     max_env_step_concurrent: int | None = fld(
         None, category="Agentic", ge=1, inactive=import_only("environments run in the driver"),
@@ -136,7 +139,8 @@ class CustomEnvConfig(Section):
     agent_runner_cls: str | None = fld(
         None, category="Agentic", inactive=import_only("classes named in a config are never imported; environments "
                                                        "are played by the trajectory manager"),
-        description="ROLL: the AgentRunner class that plays this environment (proxy env managers).",
+        description="ROLL: the AgentRunner class that plays this environment under env_manager_cls ProxyEnvManager "
+        "(built: roll.pipeline.agentic.agent_runner.gem_runner.GEMRunner); other managers do not read it.",
     )
 
 

@@ -173,7 +173,6 @@ class EnvManager:
         """The agent runner that writes `tag`'s prompts (ProxyEnvManager), None for the other managers."""
         return self.runners.get(tag)
 
-
     def instruction(self, tag: str, env: Env) -> str:
         """The config's env_instruction when set (even empty), else the environment's own."""
         given = self.specs[tag].env_instruction

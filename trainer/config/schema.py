@@ -14,6 +14,8 @@ docs/config.md's) is the order of `FAMILIES_IN_FIELD_ORDER` (tests/trainer/confi
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import model_validator
 
 from trainer.config.sections.agentic import AgenticKnobs, CustomEnvConfig, EnvManagerConfig
@@ -75,6 +77,16 @@ class PipelineConfig(  # bases in reverse: pydantic puts the last base's fields 
         low = self.pg_clip_low if self.pg_clip_low is not None else self.pg_clip
         high = self.pg_clip_high if self.pg_clip_high is not None else self.pg_clip
         return low, high
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rollout_only_when_no_trainer(cls, data: Any) -> Any:
+        """An agentic file (train_env_manager) with no actor_train section runs ROLL's AgenticRolloutPipeline
+        (decision 0062): pipeline_mode rollout_only, the one place that sign is read."""
+        if (isinstance(data, dict) and data.get("train_env_manager") is not None and "actor_train" not in data
+                and "pipeline_mode" not in data):
+            return {**data, "pipeline_mode": "rollout_only"}
+        return data
 
     @model_validator(mode="after")
     def _apply_roll_shorthands(self) -> PipelineConfig:

@@ -337,13 +337,13 @@ class AgenticPipeline(RLVRPipeline):
 
     # -- telemetry ------------------------------------------------------------------------------
     def emit_trajectories(self, step: int, trajectories: list[Trajectory], advantages: torch.Tensor,
-                          trainer_log_probs: torch.Tensor | None, version: int) -> None:
+                          trainer_log_probs: torch.Tensor | None, version: int, count: int | None = None) -> None:
         """The first `logged_rollout_samples` trajectories (whole groups first) as `rollouts` samples, each
         with its turns and per-token arrays aligned with `tokens` (token_mask: 1 where the loss applies;
         token_logprobs the engine's, token_logprobs_trainer actor_train's where it computed them); their
-        frames go to render_save_dir/step_<k>/ when it is set."""
+        frames go to render_save_dir/step_<k>/ when it is set; `count` of them (None: logged_rollout_samples)."""
         samples = []
-        for row, t in enumerate(trajectories[: self.cfg.logged_rollout_samples]):
+        for row, t in enumerate(trajectories[: self.cfg.logged_rollout_samples if count is None else count]):
             mask = torch.tensor(t.loss_mask, dtype=torch.bool)
             token_advantages = advantages[row, : len(t.response_ids)]
             sample = {
@@ -384,3 +384,41 @@ class AgenticPipeline(RLVRPipeline):
         frames = zip(labels, t.frames, strict=True)
         path.write_text("".join(f"# {label}\n{frame}\n\n" for label, frame in frames))
         return path
+
+
+def score_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """ROLL's rollout-only metrics before their val/ prefix (agentic_rollout_pipeline.py:80-94): the trajectory
+    scores' score/{mean,max,min} over the batch and <tag>/score/{mean,max,min} per env tag."""
+    def stats(prefix: str, scores: list[float]) -> dict[str, float]:
+        return {f"{prefix}score/mean": sum(scores) / len(scores), f"{prefix}score/max": max(scores),
+                f"{prefix}score/min": min(scores)}
+
+    metrics = stats("", [t.score for t in trajectories])
+    for tag in sorted({t.episode.tag for t in trajectories}):
+        metrics.update(stats(f"{tag}/", [t.score for t in trajectories if t.episode.tag == tag]))
+    return metrics
+
+
+class AgenticRolloutPipeline(AgenticPipeline):
+    """ROLL's AgenticRolloutPipeline (pipeline_mode rollout_only, decision 0062): each step `collect` plays
+    rollout_batch_size trajectories with actor_infer; their scores (score_metrics) and env metrics are logged
+    under val/ with system/samples, and every trajectory is recorded as a `rollouts` sample (ROLL:
+    dump_rollout_trajectories). No learner, no weight sync, no checkpoint: nothing trains."""
+
+    def learn(self, step: int, rollout: Rollout, timer: Timer) -> dict[str, float]:
+        assert isinstance(rollout, AgenticRollout)
+        trajectories = rollout.trajectories
+        played = {**score_metrics(trajectories), **env_metrics(trajectories, "env")}
+        metrics = {f"val/{name}": value for name, value in played.items()}
+        metrics["system/samples"] = float(step * len(trajectories))
+        metrics["timing/generate"] = rollout.generate_s
+        width = max((len(t.response_ids) for t in trajectories), default=0)
+        self.emit_trajectories(step, trajectories, torch.zeros(len(trajectories), width), None, rollout.version,
+                               count=len(trajectories))
+        return metrics
+
+    def sync_weights(self) -> None:
+        """Nothing trains: the engine keeps the weights it loaded."""
+
+    def save_checkpoint(self) -> None:
+        """No weight checkpoint: the policy never changes (ROLL's rollout pipeline saves none either)."""

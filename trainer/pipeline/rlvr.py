@@ -129,7 +129,7 @@ def weights_in_process(cfg: PipelineConfig, groups: roles.RoleGroups) -> bool:
     Otherwise full CPU state dicts travel (Ray's object store, vLLM's reload)."""
     train = topology.strategy_name("actor_train", cfg.actor_train)
     options = topology.strategy_config(cfg.actor_train)
-    return (groups["actor_train"].in_process and groups["actor_infer"].in_process
+    return ("actor_train" in groups and groups["actor_train"].in_process and groups["actor_infer"].in_process
             and topology.strategy_name("actor_infer", cfg.actor_infer) == "hf_infer"
             and (train == "torch_train" or (train == "fsdp2_train" and not options.cpu_offload)))
 
@@ -175,11 +175,8 @@ class RLVRPipeline:
         infer_devices = set(cfg.actor_infer.device_mapping or ())
         self.infer_sleeps = bool(infer_devices & set(cfg.actor_train.device_mapping or ()))
         self.schedule = topology.rollout_schedule(cfg)
-        # the update and its corrections (trainer.pipeline.learner); its state goes into the checkpoints
-        actor_world = len(groups["actor_train"].call_all(roles.Role.ping))
-        spec = LearnerSpec.from_config(cfg)  # the knobs the learner reads, and no others
-        steps = topology.train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout
-        self.learner = Learner(spec, groups, schedule=self.schedule, recomputes=spec.recomputes_log_probs(steps))
+        if "actor_train" in groups:  # a rollout-only run (pipeline_mode rollout_only) has no learner
+            self.learner = self.build_learner()
         self.ledger = Ledger(self.output_dir / LEDGER_FILE)
         self.producer: RolloutProducer | None = None  # one_step_off / async
         self.backlog: list[Rollout | PendingBatch] = []  # sync: batches an async checkpoint left drawn
@@ -188,6 +185,14 @@ class RLVRPipeline:
         self.profiler = StepProfiler(cfg, groups, emitter)  # profiler_timeline / profiler_memory over profiler_steps
         self.health = HealthMonitor(cfg.health)  # run-health alerts, checked on every step's metrics and samples
         self.step_samples: list[SampleFacts] = []  # the step's responses, for the health checks of samples
+
+    def build_learner(self) -> Learner:
+        """The update and its corrections (trainer.pipeline.learner); its state goes into the checkpoints."""
+        cfg, groups = self.cfg, self.groups
+        actor_world = len(groups["actor_train"].call_all(roles.Role.ping))
+        spec = LearnerSpec.from_config(cfg)  # the knobs the learner reads, and no others
+        steps = topology.train_shape(cfg, "actor_train", actor_world).optimizer_steps_per_rollout
+        return Learner(spec, groups, schedule=self.schedule, recomputes=spec.recomputes_log_probs(steps))
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> list[dict[str, float]]:

@@ -53,7 +53,9 @@ class RunIdentity:
 
 
 def roles_in_use(cfg: PipelineConfig) -> list[str]:
-    """Worker roles this config needs, in construction order."""
+    """Worker roles this config needs, in construction order (a rollout-only run: actor_infer alone)."""
+    if cfg.pipeline_mode == "rollout_only":
+        return ["actor_infer"]
     roles = ["actor_train", "actor_infer"]
     if cfg.reference is not None or cfg.use_kl_loss or cfg.add_token_level_kl:
         roles.append("reference")
@@ -300,14 +302,15 @@ def prepare_pipeline(cfg: PipelineConfig, emitter: Any, *, backend: str, log: Ca
     roles = roles_in_use(cfg)
     tokenizer = load_tokenizer(policy_path(cfg), trust_remote_code=cfg.actor_train.model_args.trust_remote_code)
     if cfg.train_env_manager is not None:  # environments instead of prompts: the agentic pipeline
-        from trainer.pipeline.agentic import AgenticPipeline, build_env_managers
+        from trainer.pipeline.agentic import AgenticPipeline, AgenticRolloutPipeline, build_env_managers
 
         train_envs, val_envs = build_env_managers(cfg)  # a bad env fails here, before any worker starts
         groups.update(build_groups(cfg, roles, backend, phase=emitter.phase))
         log(f"roles: {', '.join(roles)}; {len(train_envs.tags)} train / "
             f"{len(val_envs.tags) if val_envs else 0} eval env groups; backend {backend}")
-        return AgenticPipeline(cfg, emitter, groups=groups, tokenizer=tokenizer, train_envs=train_envs,
-                               val_envs=val_envs, log=log)
+        pipeline_cls = AgenticRolloutPipeline if cfg.pipeline_mode == "rollout_only" else AgenticPipeline
+        return pipeline_cls(cfg, emitter, groups=groups, tokenizer=tokenizer, train_envs=train_envs,
+                            val_envs=val_envs, log=log)
     data_args = cfg.actor_train.data_args
     if data_args is None:
         raise ValueError("actor_train.data_args: no training data (set file_name or synthetic)")

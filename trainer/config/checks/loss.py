@@ -7,13 +7,18 @@ from trainer.config.issues import ConfigIssue
 from trainer.config.schema import PipelineConfig
 from trainer.config.topology import roles, strategy_name, train_shape
 
+# knobs only the learner reads: a rollout-only run (pipeline_mode rollout_only) builds none of it
+TRAINING_ONLY = ("adv_estimator", "ppo_epochs", "critic", "reference", "use_kl_loss", "add_token_level_kl",
+                 "init_kl_coef", "pg_clip", "entropy_loss_coef", "reward_normalization", "loss_agg_mode")
+
 
 def check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
+    if config.pipeline_mode == "rollout_only":
+        return rollout_only_issues(config)
     issues = []
     if config.adv_estimator == "gae" and config.critic is None:
         issues.append(error("critic", "adv_estimator gae needs a critic section (a value model); without one, "
-                            f"REINFORCE++ is the nearest built estimator{_rollout_only_note(config)}: "
-                            "override adv_estimator=reinforce_plus_plus"))
+                            "REINFORCE++ is the nearest built estimator: override adv_estimator=reinforce_plus_plus"))
     if config.critic is not None and config.adv_estimator != "gae":
         issues.append(warning("critic", f"unused: adv_estimator {config.adv_estimator} does not use a value model"))
     if config.use_kl_loss and config.add_token_level_kl:
@@ -35,14 +40,16 @@ def check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
     return issues
 
 
-def _rollout_only_note(config: PipelineConfig) -> str:
-    """An agentic file with no actor_train section is ROLL's rollout-only pipeline (decision 0062): it never
-    trains, so gae there needs no critic, and PolicyLab has no such run."""
-    if config.train_env_manager is None or "actor_train" in config.model_fields_set:
-        return ""
-    return ("; this agentic file has no actor_train section: in ROLL it runs AgenticRolloutPipeline "
-            "(examples/start_agentic_rollout_pipeline.py), which plays and dumps trajectories and trains nothing, "
-            "and PolicyLab has no rollout-only run, so the override trains the policy as well")
+def rollout_only_issues(config: PipelineConfig) -> list[ConfigIssue]:
+    """A rollout-only run (ROLL's AgenticRolloutPipeline, decision 0062) plays and never trains: gae needs no
+    critic there, and every training-only knob the file sets is a warning."""
+    issues = [warning(name, "has no effect in a rollout-only run (pipeline_mode rollout_only: actor_infer plays "
+                      "and records trajectories, nothing trains)")
+              for name in TRAINING_ONLY if name in config.model_fields_set]
+    if config.train_env_manager is None:
+        issues.append(error("pipeline_mode", "rollout_only plays train_env_manager's environments, and this "
+                            "config has none (set train_env_manager, or override pipeline_mode=train)"))
+    return issues
 
 
 PG_VARIANTS_BUILT = ("ppo", "topr")  # ROLL's pg_variant values this build runs (tis, cispo, kimi15 are not)

@@ -154,6 +154,14 @@ class AgenticKnobs(Section):
     val_env_manager: EnvManagerConfig | None = fld(
         None, category="Agentic", description="Environments used for evaluation rollouts."
     )
+    pipeline_mode: Literal["train", "rollout_only"] = fld(
+        "train", category="Agentic",
+        description="train: the agentic run plays and trains. rollout_only: ROLL's AgenticRolloutPipeline "
+        "(decision 0062): actor_infer alone plays rollout_batch_size trajectories per step with "
+        "train_env_manager for max_steps steps, logs their scores and env metrics under val/ and records every "
+        "trajectory as a rollout; no actor_train, reference or critic is built, nothing trains and no weight "
+        "checkpoint is written. Unset, an agentic file with no actor_train section (ROLL's sign) is rollout_only.",
+    )
     custom_envs: dict[str, CustomEnvConfig] = fld_factory(
         dict, category="Agentic", description="Environment definitions by tag."
     )

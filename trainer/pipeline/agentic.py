@@ -417,6 +417,13 @@ class AgenticRolloutPipeline(AgenticPipeline):
                                count=len(trajectories))
         return metrics
 
+    def progress_line(self, metrics: dict[str, float]) -> str:
+        """The step, the played batch's mean score and success (no reward/mean: nothing is trained on)."""
+        eta = int(self.eta())
+        return (f"step {self.step}/{self.cfg.max_steps} | rollout-only | score {metrics['val/score/mean']:.3f} | "
+                f"success {metrics['val/env/success']:.2f} | {self.step_times[-1]:.2f} s/step | "
+                f"ETA {eta // 60}m{eta % 60:02d}s")
+
     def sync_weights(self) -> None:
         """Nothing trains: the engine keeps the weights it loaded."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -64,8 +65,32 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(DEFAULT_EXTENSIONS_DIR))
 import deepspeed  # noqa: E402  (after TORCH_EXTENSIONS_DIR: DeepSpeed reads it when it builds an op)
 
 logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+logger = logging.getLogger(__name__)
 # DeepSpeed 0.19 calls collectives torch 2.13 has renamed: one FutureWarning per call floods the logs
 warnings.filterwarnings("ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning)
+
+
+# A build of one op takes about a minute here; a `lock` older than this was left by a killed build
+STALE_BUILD_LOCK_S = 900.0
+
+
+def clear_stale_build_locks(root: Path, older_than_s: float = STALE_BUILD_LOCK_S) -> list[Path]:
+    """Remove the `lock` files of op builds that died: torch's build lock (cpp_extension's FileBaton) is a
+    file whose creator deletes it when the build ends, and every later load polls for it to go away — forever,
+    silently, after a build was killed (Ctrl-C in scripts/setup.sh, a timeout). A lock older than
+    `older_than_s` cannot belong to a live build. Returns the removed paths."""
+    removed = []
+    now = time.time()
+    for lock in root.glob("*/lock"):
+        try:
+            if now - lock.stat().st_mtime > older_than_s:
+                lock.unlink()
+                removed.append(lock)
+        except FileNotFoundError:  # its build ended meanwhile
+            continue
+    for lock in removed:
+        logger.warning("removed a stale DeepSpeed op build lock (a killed build left it): %s", lock)
+    return removed
 
 
 def build_ops() -> list[str]:
@@ -74,6 +99,7 @@ def build_ops() -> list[str]:
     scripts/setup.sh calls it once, so tests and runs do not wait for a compile."""
     from deepspeed.accelerator import get_accelerator
 
+    clear_stale_build_locks(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
     accelerator = get_accelerator()
     names = ["CPUAdamBuilder", *(["ShareMemCommBuilder"] if accelerator.device_name() == "cpu" else [])]
     for name in names:

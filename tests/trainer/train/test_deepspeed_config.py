@@ -153,3 +153,21 @@ def test_every_acting_deepspeed_field_is_passed_on_or_derived() -> None:
     assert acting(ZeroOptimization) == set(ZERO_KEYS)
     assert acting(OffloadConfig) == set(OFFLOAD_KEYS)
     assert acting(PrecisionToggle) == {"enabled", *LOSS_SCALE_KEYS}
+
+
+def test_a_killed_builds_lock_is_cleared_and_a_live_builds_is_kept(tmp_path) -> None:
+    """A killed op build leaves torch's `lock` file and every later load waits on it forever (it hung scripts/setup.sh
+    for 25 minutes here); only a lock older than any real build is removed."""
+    import os
+    import time
+
+    from trainer.train.deepspeed_strategy import STALE_BUILD_LOCK_S, clear_stale_build_locks
+
+    dead, live = tmp_path / "deepspeed_shm_comm" / "lock", tmp_path / "cpu_adam" / "lock"
+    for lock in (dead, live):
+        lock.parent.mkdir()
+        lock.touch()
+    old = time.time() - STALE_BUILD_LOCK_S - 60
+    os.utime(dead, (old, old))
+    assert clear_stale_build_locks(tmp_path) == [dead]
+    assert not dead.exists() and live.exists()

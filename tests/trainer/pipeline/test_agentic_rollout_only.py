@@ -69,6 +69,8 @@ def test_training_knobs_warn_and_an_actor_train_section_keeps_training() -> None
     assert [str(i) for i in result.errors] == []
     warned = {i.path for i in result.warnings if "has no effect in a rollout-only run" in str(i)}
     assert warned == {"adv_estimator", "ppo_epochs"}
+    # the mode is said, so a native file that left actor_train out does not silently stop training
+    assert any(i.path == "pipeline_mode" and "nothing trains" in str(i) for i in result.warnings)
     # the same file with a trainer is a training run: gae without a critic is refused again
     trained = validate(ROLLOUT_ONLY, "+actor_train.infer_batch_size=4")
     assert any(str(i).startswith("critic: adv_estimator gae needs a critic") for i in trained.errors)

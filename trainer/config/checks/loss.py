@@ -42,8 +42,13 @@ def check_algorithm(config: PipelineConfig) -> list[ConfigIssue]:
 
 def rollout_only_issues(config: PipelineConfig) -> list[ConfigIssue]:
     """A rollout-only run (ROLL's AgenticRolloutPipeline, decision 0062) plays and never trains: gae needs no
-    critic there, and every training-only knob the file sets is a warning."""
-    issues = [warning(name, "has no effect in a rollout-only run (pipeline_mode rollout_only: actor_infer plays "
+    critic there, and every training-only knob the file sets is a warning. The mode itself is said too: a
+    native agentic file that leaves actor_train out (ROLL's sign of its rollout pipeline) would otherwise not train
+    without a word."""
+    said = warning("pipeline_mode", "rollout_only (set, or an agentic config without an actor_train section): "
+                   "actor_infer plays and records trajectories and nothing trains; to train, add actor_train and "
+                   "set pipeline_mode: train")
+    issues = [said] + [warning(name, "has no effect in a rollout-only run (pipeline_mode rollout_only: actor_infer plays "
                       "and records trajectories, nothing trains)")
               for name in TRAINING_ONLY if name in config.model_fields_set]
     if config.train_env_manager is None:

@@ -19,9 +19,9 @@ from trainer.config.adapters import adapter_mismatches, read_adapter_config
 from trainer.config.confinement import GENERATED_SCHEMES, HUB_ID, path_fields
 from trainer.config.engine_limits import check_engine_limits
 from trainer.config.issues import ConfigIssue
+from trainer.config.registries import MEGATRON_MODEL_TYPES
 from trainer.config.schema import PipelineConfig, VllmConfig, WorkerConfig
 from trainer.config.topology import TRAINING_ROLES, roles, strategy_name
-from trainer.models.megatron_archs import MEGATRON_MODEL_TYPES
 
 STRATEGY_PACKAGES: dict[str, tuple[str, ...]] = {
     "torch_train": ("torch",),

@@ -15,6 +15,10 @@ from typing import Any
 REWARD_TYPES: tuple[str, ...] = ("math_rule", "synthetic", "format", "reward_model", "code_sandbox", "llm_judge",
                                  "ifeval_rule", "crossthinkqa_rule")
 
+# Hugging Face model_types megatron_train / megatron_infer convert (trainer.models.megatron_convert builds exactly
+# these); preflight names any other before a worker starts.
+MEGATRON_MODEL_TYPES: tuple[str, ...] = ("qwen2", "qwen3", "qwen3_moe", "llama")
+
 # Judge prompts of the llm_judge reward by name (trainer.rewards.llm_judge.JUDGE_PROMPTS has the same keys):
 # ROLL's prompt_maps name for its reference-match prompt, and the 0-10 scoring prompt ROLL uses when
 # judge_prompt is unset.

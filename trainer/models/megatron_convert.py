@@ -49,7 +49,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from trainer.models.megatron_archs import MEGATRON_MODEL_TYPES
+from trainer.config.registries import MEGATRON_MODEL_TYPES
 
 ARCHITECTURES = MEGATRON_MODEL_TYPES
 Head = Literal["lm", "value"]

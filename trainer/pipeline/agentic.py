@@ -194,7 +194,7 @@ class AgenticPipeline(RLVRPipeline):
             truncated = torch.tensor([trajectories[i].done_reason == "max_length" for _, i, _ in rows])
         else:
             # rows 0..n-1 are the trajectories in order, then the copies that fill whole optimizer steps
-            owner = torch.tensor(padded_rows(len(trajectories), self.rows_multiple()))
+            owner = torch.tensor(self.adjusted_rows(len(trajectories)))
             metrics["system/batch_add_count"] = float(len(owner) - len(trajectories))
             batch = {key: value[owner]
                      for key, value in trajectory_batch(trajectories, self.tokenizer.pad_token_id).items()}
@@ -248,12 +248,22 @@ class AgenticPipeline(RLVRPipeline):
             self.row_multiple = multiple
         return self.row_multiple
 
+    def adjusted_rows(self, count: int) -> list[int]:
+        """padded_rows to rows_multiple under batch_adjust_mode: copy is the mode built; validation refuses the
+        others where a batch needs adjusting, and a config that skipped validation is stopped here, not trained
+        on copies it did not ask for."""
+        rows = padded_rows(count, self.rows_multiple())
+        if len(rows) > count and self.cfg.batch_adjust_mode != "copy":
+            raise ValueError(f"batch_adjust_mode: {self.cfg.batch_adjust_mode!r} is not built; {count} rows need "
+                             f"{len(rows) - count} more to fill whole optimizer steps: override batch_adjust_mode=copy")
+        return rows
+
     def step_rows(self, trajectories: list[Trajectory]) -> list[tuple[int, int, int]]:
         """(row of step_batch, trajectory, reply) of each training row of a step-wise batch: every reply, then
         copies (padded_rows) until the rows fill whole optimizer steps of every training role and split
         evenly over the sharded roles' ranks."""
         real = [(r, i, k) for r, (i, k) in enumerate(step_rows(trajectories))]
-        return [real[j] for j in padded_rows(len(real), self.rows_multiple())]
+        return [real[j] for j in self.adjusted_rows(len(real))]
 
     def turn_scores(self, trajectories: list[Trajectory], state_ids: torch.Tensor, tag_ids: torch.Tensor,
                     metrics: dict[str, float]) -> torch.Tensor:

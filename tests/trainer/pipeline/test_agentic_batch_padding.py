@@ -106,3 +106,22 @@ def test_a_trajectory_run_trains_its_batch_padded_to_one_optimizer_step(tmp_path
     assert len(metrics) == 2
     for m in metrics.values():
         assert m["system/batch_add_count"] == 4.0  # 8 trajectories + 4 copies = one step of 12 rows
+
+
+@pytest.mark.parametrize("mode", ["copy", "delete"])
+def test_the_pipeline_pads_only_under_copy_and_stops_a_config_that_skipped_validation(mode: str) -> None:
+    """batch_adjust_mode is read where the rows are adjusted: copy pads (3 rows to 4); another mode is not built
+    and stops the step instead of training on copies; a whole batch is never adjusted, whatever the mode."""
+    from types import SimpleNamespace
+
+    from trainer.pipeline.agentic import AgenticPipeline
+
+    pipeline = SimpleNamespace(rows_multiple=lambda: 4, cfg=SimpleNamespace(batch_adjust_mode=mode))
+    assert AgenticPipeline.adjusted_rows(pipeline, 8) == list(range(8))  # type: ignore[arg-type]
+    if mode == "copy":
+        assert AgenticPipeline.adjusted_rows(pipeline, 3) == [0, 1, 2, 0]  # type: ignore[arg-type]
+    else:
+        with pytest.raises(
+            ValueError, match=r"batch_adjust_mode: 'delete' is not built.*override batch_adjust_mode=copy"
+        ):
+            AgenticPipeline.adjusted_rows(pipeline, 3)  # type: ignore[arg-type]

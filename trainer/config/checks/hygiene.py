@@ -15,7 +15,8 @@ from trainer.config.schema import CustomEnvConfig, PipelineConfig, field_status
 from trainer.config.topology import TRAINING_ROLES, lengths
 
 GROUP_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
-# custom env fields only ROLL's ProxyEnvManager reads (its agent runner): inactive unless it plays the env
+# custom env fields only ROLL's ProxyEnvManager reads (its agent runner): acting where it plays the env, else
+# import-only (the templates carry no schema marker: the engine reads them)
 PROXY_RUNNER_FIELDS = ("agent_runner_cls", "agent_system_template", "agent_template")
 
 
@@ -88,8 +89,10 @@ def check_inactive_fields(config: PipelineConfig) -> list[ConfigIssue]:
             if where == "sequence_length" and lengths(config).trajectory_cap is None:  # acts only as ROLL's cap
                 status, reason = "import_only", ("prompt_length + response_length bound every sequence (it caps a "
                                                  "whole trajectory only in an agentic run that leaves both unset)")
-            if isinstance(model, CustomEnvConfig) and name in PROXY_RUNNER_FIELDS and path in proxied:
-                status = "acts"  # GEMRunner reads them (trainer.envs.agent_runner)
+            if isinstance(model, CustomEnvConfig) and name in PROXY_RUNNER_FIELDS:
+                # GEMRunner reads them (trainer.envs.agent_runner); no other manager does
+                status, reason = ("acts", None) if path in proxied else \
+                    ("import_only", "prompts come from env_instruction and the chat template")
             if status != "acts":
                 if not _is_default(type(model).model_fields[name], value):
                     issues.append(warning(where, _inactive_message(status, reason)))

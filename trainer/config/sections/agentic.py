@@ -117,12 +117,12 @@ class CustomEnvConfig(Section):
     use_thread_lock: bool = fld(False, category="Agentic", inactive=import_only("environments run in the driver"),
                                 description="ROLL: serialise this environment's steps across threads.")
     agent_system_template: str | None = fld(
-        None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        None, category="Agentic",
         description="ROLL's system prompt for this environment; read only by ProxyEnvManager's GEMRunner (the system "
         "message: it, a blank line, the environment's instruction).",
     )
     agent_template: str | None = fld(
-        None, category="Agentic", inactive=import_only("prompts come from env_instruction and the chat template"),
+        None, category="Agentic",
         description="ROLL's per-turn prompt template ({observation}, {turn_idx}, {actions_left}, "
         "{max_response_length}, {suffix}); read only by ProxyEnvManager's GEMRunner (each user message).",
     )

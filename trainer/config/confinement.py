@@ -157,8 +157,14 @@ def tiny_issues(config: PipelineConfig) -> list[ConfigIssue]:
 # the one decision about a path value
 
 
+# A custom env's data file (ROLL's GEM dataset environments, trainer.envs.gem_data): a read path, or a Hugging Face
+# dataset id found in the local cache, as a model id is
+ENV_DATASET_KEY = "dataset_name"
+
+
 def is_model_field(field: str) -> bool:
-    return field.endswith("model_name_or_path") or field in MODEL_FIELDS
+    """A field whose value may be a hub id (org/name, from the local HF cache) instead of a path."""
+    return field.endswith(("model_name_or_path", f".env_config.{ENV_DATASET_KEY}")) or field in MODEL_FIELDS
 
 
 def locate(value: Any, access: PathAccess, policy: PathPolicy, *, base_dir: str, model: bool = False,
@@ -249,6 +255,10 @@ def path_fields(config: PipelineConfig) -> Iterator[tuple[str, Any, str]]:
     Schema fields hold text; a tracker kwarg under a path key may hold anything (and is refused then)."""
     yield from _walk(config, "")
     yield from _tracker_paths(config.tracker_kwargs, "tracker_kwargs")
+    for tag, spec in config.custom_envs.items():  # env_config is free-form: its one path key is named here
+        value = spec.env_config.get(ENV_DATASET_KEY)
+        if value is not None:
+            yield f"custom_envs.{tag}.env_config.{ENV_DATASET_KEY}", value, "read"
 
 
 def _tracker_paths(kwargs: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any, str]]:

@@ -310,3 +310,21 @@ def test_the_trainer_refuses_a_tensorboard_url_before_writing_anything(tmp_path:
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"tracker_kwargs.log_dir: 'file://{outside}' is a file: URL" in proc.stderr
     assert not outside.exists()
+
+
+def test_an_environments_data_file_is_a_confined_read(tmp_path: Path) -> None:
+    """ROLL's GEM dataset environments read env_config.dataset_name as a file: another team's run directory (whose
+    events the environment would show the model, and the rollouts show its author) is refused like a data file;
+    a file under the read roots and a hub id (the local HF cache) pass."""
+    policy = PathPolicy((str(tmp_path / "data"),), str(tmp_path / "runs" / "mine"))
+    from trainer.config.schema import CustomEnvConfig
+
+    def with_dataset(name: str):
+        env = CustomEnvConfig(env_type="roll_math", env_config={"dataset_name": name})
+        return config_with().model_copy(update={"custom_envs": {"Math": env}})
+
+    field = "custom_envs.Math.env_config.dataset_name"
+    assert field in refused(with_dataset(str(tmp_path / "runs" / "theirs" / "events.jsonl")), policy)
+    assert field in refused(with_dataset("/etc/passwd"), policy)
+    assert field not in refused(with_dataset(str(tmp_path / "data" / "math.jsonl")), policy)
+    assert field not in refused(with_dataset("open-r1/DAPO-Math-17k-Processed"), policy)
